@@ -1,0 +1,336 @@
+"""Model mode and grad mode: evaluate in eval mode without graphs, train in train mode with them."""
+from __future__ import annotations
+
+from torchlint.findings import Related
+from torchlint.model.flow import ENTRY, norm_path
+from torchlint.model.ir import BACKWARD, CALL, FORWARD, GRAD_OFF, GRAD_ON, LoopOp, CallOp, walk
+from torchlint.model.queries import analysable_functions, trains, uses_autograd
+from torchlint.model.roles import is_eval_name
+from torchlint.rule import Report, Rule
+
+from . import register
+
+
+def _origin_text(mm, origin) -> str:
+    if origin is None:
+        return "the model was built (modules start in train mode)"
+    if isinstance(origin, tuple):
+        text, node = origin
+        return f"{text} at line {mm.line_of(node)}"
+    return str(origin)
+
+
+def _in_training(mm, op) -> bool:
+    lp = op.loop
+    while lp is not None:
+        if trains(mm, lp.body):
+            return True
+        lp = lp.parent
+    return False
+
+
+def _eval_context(mm, fn, op) -> bool:
+    if op.grad == GRAD_OFF:
+        return not _in_training(mm, op)
+    return False
+
+
+def _callee_key_paths(mm, fn, op, key_field):
+    s = mm.summary_of(op.info)
+    if not s:
+        return None, {}
+    argmap = mm.argmap(fn, op, s)
+    return s, {k: argmap.get(k) for k in s.get(key_field, ()) if argmap.get(k)}
+
+
+@register
+class EvalWithoutEvalMode(Rule):
+    code = "TL201"
+    name = "eval-without-eval-mode"
+    summary = "The model is evaluated while it may still be in train mode."
+    why = (
+        "In train mode, dropout drops activations at random and batch norm normalises with the "
+        "statistics of the current batch and updates its running averages. Validation numbers "
+        "computed that way are noisy and wrong, and evaluation silently changes the model's "
+        "batch-norm statistics. `torch.no_grad()` does not change this: it only stops graph "
+        "building."
+    )
+    example = """\
+def evaluate(model, loader):
+    with torch.no_grad():
+        for x, y in loader:
+            correct += (model(x).argmax(1) == y).sum().item()
+"""
+    use_instead = """\
+def evaluate(model, loader):
+    model.eval()
+    with torch.no_grad():
+        for x, y in loader:
+            correct += (model(x).argmax(1) == y).sum().item()
+"""
+    fix_safety = "unsafe"
+    fix_doc = ("Inserts `model.eval()` before the evaluation loop. Unsafe: the caller may rely on "
+               "the model staying in train mode afterwards (see TL202).")
+    triggers = (b"no_grad", b"inference_mode", b"eval", b"valid", b"test", b"set_grad_enabled")
+
+    def check(self, mm):
+        for fn in analysable_functions(mm):
+            flow = mm.flow(fn)
+            seen = set()
+            for op in walk(fn.body):
+                if not isinstance(op, CallOp):
+                    continue
+                if op.kind == FORWARD and op.target:
+                    t = norm_path(op.target)
+                    if t in seen:
+                        continue
+                    evalish = _eval_context(mm, fn, op) or (
+                        is_eval_name(fn.name) and not uses_autograd(mm, fn.body))
+                    if not evalish:
+                        continue
+                    modes = flow.at.get(id(op), frozenset())
+                    train = [o for m, o in modes if m == "train"]
+                    if train:
+                        seen.add(t)
+                        yield Report(op.node, f"`{op.target}` runs in evaluation code but may still be in "
+                                     f"train mode ({_origin_text(mm, train[0])}); call "
+                                     f"`{t}.eval()` first", fix=_insert_eval(fn, op, t), scope=fn.qualname)
+                    elif any(m == ENTRY for m, _ in modes) and not any(m == "eval" for m, _ in modes) \
+                            and is_eval_name(fn.name) and not self._has_callers(mm, fn):
+                        seen.add(t)
+                        yield Report(op.node, f"`{fn.name}()` evaluates `{op.target}` without calling "
+                                     f"`{t}.eval()`, and no caller in the linted code does",
+                                     fix=_insert_eval(fn, op, t), scope=fn.qualname)
+                elif op.kind == CALL:
+                    s, paths = _callee_key_paths(mm, fn, op, "evals_in_entry")
+                    at = flow.at_args.get(id(op), {})
+                    for key, path in paths.items():
+                        train = [o for m, o in at.get(key, ()) if m == "train"]
+                        if train and norm_path(path) not in seen:
+                            seen.add(norm_path(path))
+                            yield Report(op.node, f"`{s['name']}()` ({s['path']}:{s['line']}) evaluates "
+                                         f"`{path}` without switching it to eval mode, and here it may "
+                                         f"still be in train mode ({_origin_text(mm, train[0])})",
+                                         related=(Related(s["path"], s["line"], f"`{s['name']}()` is defined here"),),
+                                         scope=fn.qualname)
+
+    @staticmethod
+    def _has_callers(mm, fn) -> bool:
+        if any(True for _ in mm.callers(fn)):
+            return True
+        q = f"{mm.module_name}.{fn.qualname}"
+        mm.external_queries.add("called:" + q)
+        return q in mm.project.called if hasattr(mm.project, "called") else False
+
+
+def _insert_eval(fn, op, target):
+    def make(mm):
+        from torchlint.fixes import insert_before_loop_or_stmt
+
+        return insert_before_loop_or_stmt(mm, fn, op, f"{target}.eval()",
+                                          f"Insert `{target}.eval()` before the evaluation", "unsafe")
+    return make
+
+
+@register
+class TrainAfterEval(Rule):
+    code = "TL202"
+    name = "train-after-eval"
+    summary = "A training step can run with the model left in eval mode."
+    why = (
+        "`model.eval()` stays in effect until `model.train()` is called. An epoch loop that "
+        "validates and never switches back trains every later epoch with dropout disabled and "
+        "batch-norm statistics frozen: the model trains, just worse, and nothing reports it."
+    )
+    example = """\
+for epoch in range(epochs):
+    for x, y in train_loader:
+        ...
+    evaluate(model, val_loader)  # calls model.eval()
+"""
+    use_instead = """\
+for epoch in range(epochs):
+    model.train()
+    for x, y in train_loader:
+        ...
+    evaluate(model, val_loader)
+"""
+    fix_safety = "unsafe"
+    fix_doc = ("Inserts `model.train()` before the training code. Unsafe when the model is meant "
+               "to stay in eval mode (e.g. a frozen feature extractor).")
+    triggers = (b"eval",)
+
+    def check(self, mm):
+        for fn in analysable_functions(mm):
+            flow = mm.flow(fn)
+            seen = set()
+            for op in walk(fn.body):
+                if not isinstance(op, CallOp):
+                    continue
+                if op.kind == FORWARD and op.target and op.grad != GRAD_OFF and _in_training(mm, op):
+                    t = norm_path(op.target)
+                    modes = flow.at.get(id(op), frozenset())
+                    ev = [o for m, o in modes if m == "eval"]
+                    if ev and t not in seen:
+                        seen.add(t)
+                        yield Report(op.node, f"`{op.target}` is trained here but may be in eval mode: "
+                                     f"{_origin_text(mm, ev[0])} switches it to eval mode and nothing "
+                                     f"switches it back before this training step", fix=_insert_train(fn, op, t),
+                                     scope=fn.qualname)
+                elif op.kind == CALL and op.grad != GRAD_OFF:
+                    s, paths = _callee_key_paths(mm, fn, op, "trains_in_entry")
+                    at = flow.at_args.get(id(op), {})
+                    for key, path in paths.items():
+                        ev = [o for m, o in at.get(key, ()) if m == "eval"]
+                        if ev and norm_path(path) not in seen:
+                            seen.add(norm_path(path))
+                            yield Report(op.node, f"`{s['name']}()` trains `{path}` in the mode it is given, "
+                                         f"and {_origin_text(mm, ev[0])} switches it to eval mode and nothing "
+                                         "switches it back before this call",
+                                         related=(Related(s["path"], s["line"], f"`{s['name']}()` is defined here"),),
+                                         fix=_insert_train(fn, op, norm_path(path)), scope=fn.qualname)
+
+
+def _insert_train(fn, op, target):
+    def make(mm):
+        from torchlint.fixes import insert_before_stmt
+
+        return insert_before_stmt(mm, op, f"{target}.train()", f"Insert `{target}.train()`", "unsafe")
+    return make
+
+
+@register
+class EvalWithoutNoGrad(Rule):
+    code = "TL203"
+    name = "eval-without-no-grad"
+    summary = "An evaluation loop builds autograd graphs because gradients are not disabled."
+    why = (
+        "Without `torch.no_grad()` or `torch.inference_mode()`, every forward pass in an "
+        "evaluation loop records the autograd graph and keeps activations alive for a backward "
+        "that never comes: evaluation uses several times the memory it needs (often the cause of "
+        "out-of-memory errors at validation time) and runs slower."
+    )
+    example = """\
+model.eval()
+for x, y in val_loader:
+    correct += (model(x).argmax(1) == y).sum().item()
+"""
+    use_instead = """\
+model.eval()
+with torch.no_grad():
+    for x, y in val_loader:
+        correct += (model(x).argmax(1) == y).sum().item()
+"""
+    fix_safety = "safe"
+    fix_doc = ("Wraps the loop in `with torch.no_grad():`. Safe: the loop runs no backward and "
+               "computes no gradients, so only memory and speed change.")
+    triggers = (b"eval", b"valid", b"test")
+
+    def check(self, mm):
+        for fn in analysable_functions(mm):
+            if fn.decorator_grad == GRAD_OFF:
+                continue
+            flow = mm.flow(fn)
+            reported_loops = []
+            for loop in [o for o in walk(fn.body) if isinstance(o, LoopOp)]:
+                if any(_inside(loop, r) for r in reported_loops):
+                    continue
+                fwds = [o for o in walk(loop.body) if isinstance(o, CallOp) and o.kind == FORWARD]
+                if not fwds or uses_autograd(mm, loop.body):
+                    continue
+                if any(o.grad in (GRAD_OFF, "?") for o in fwds) or loop.grad in (GRAD_OFF, "?"):
+                    continue
+                if _in_training(mm, loop):
+                    continue
+                modes = set()
+                for o in fwds:
+                    modes |= {m for m, _ in flow.at.get(id(o), frozenset())}
+                evalmode = "eval" in modes and "train" not in modes
+                if not evalmode and not (ENTRY in modes and "train" not in modes and is_eval_name(fn.name)):
+                    continue
+                if not self._callers_enable_grad(mm, fn):
+                    continue
+                reported_loops.append(loop)
+                yield Report(loop.node, "this evaluation loop runs the model without `torch.no_grad()` "
+                             "or `torch.inference_mode()`, so every forward pass builds an autograd graph",
+                             fix=_wrap_no_grad(loop), scope=fn.qualname)
+
+    @staticmethod
+    def _callers_enable_grad(mm, fn) -> bool:
+        """False when every caller in the linted code runs ``fn`` under no_grad."""
+        callers = list(mm.callers(fn))
+        if fn.is_module_level:
+            return True
+        q = f"{mm.module_name}.{fn.qualname}"
+        mm.external_queries.add("called:" + q)
+        if q in getattr(mm.project, "called_under_no_grad", ()):
+            return False
+        if callers and all(op.grad == GRAD_OFF for _, op in callers):
+            return False
+        return True
+
+
+def _inside(loop, outer) -> bool:
+    lp = loop.parent
+    while lp is not None:
+        if lp is outer:
+            return True
+        lp = lp.parent
+    return False
+
+
+def _wrap_no_grad(loop):
+    def make(mm):
+        from torchlint.fixes import wrap_in_with
+
+        return wrap_in_with(mm, loop.node, "torch.no_grad()", "Wrap the loop in `torch.no_grad()`", "safe")
+    return make
+
+
+@register
+class BackwardUnderNoGrad(Rule):
+    code = "TL204"
+    name = "backward-under-no-grad"
+    summary = "`backward()` is reached inside `no_grad()` or `inference_mode()`."
+    why = (
+        "Under `torch.no_grad()` no graph is recorded, so the loss has no `grad_fn`: "
+        "`backward()` raises 'element 0 of tensors does not require grad' — or, when only part "
+        "of the computation ran under no_grad, silently gives zero gradients to the layers that "
+        "ran there. A `@torch.no_grad()` decorator left on a training function is the usual cause."
+    )
+    example = """\
+@torch.no_grad()
+def train_step(model, x, y, optimizer):
+    loss = criterion(model(x), y)
+    loss.backward()
+    optimizer.step()
+"""
+    use_instead = """\
+def train_step(model, x, y, optimizer):
+    loss = criterion(model(x), y)
+    loss.backward()
+    optimizer.step()
+"""
+    triggers = (b"no_grad", b"inference_mode", b"set_grad_enabled")
+
+    def check(self, mm):
+        for fn in mm.all_functions:
+            for op in walk(fn.body):
+                if not isinstance(op, CallOp):
+                    continue
+                if op.kind == BACKWARD and op.grad == GRAD_OFF:
+                    where = "a `@torch.no_grad()` function" if fn.decorator_grad == GRAD_OFF and \
+                        not self._inner_with(op, fn) else "a `no_grad`/`inference_mode` block"
+                    yield Report(op.node, f"`backward()` runs inside {where}: no graph was recorded, "
+                                 "so there is nothing to differentiate", scope=fn.qualname)
+                elif op.kind == CALL and op.grad == GRAD_OFF:
+                    s = mm.summary_of(op.info)
+                    if s and s.get("backward") and s.get("grad") != GRAD_ON and s.get("trains_direct", True):
+                        yield Report(op.node, f"`{s['name']}()` ({s['path']}:{s['line']}) runs `backward()` "
+                                     "but is called inside a `no_grad`/`inference_mode` block",
+                                     related=(Related(s["path"], s["line"], f"`{s['name']}()` is defined here"),),
+                                     scope=fn.qualname)
+
+    @staticmethod
+    def _inner_with(op, fn) -> bool:
+        return False

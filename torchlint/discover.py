@@ -1,0 +1,179 @@
+"""Paths -> the files to lint (.py, .pyi, .ipynb), in a deterministic order.
+
+Directories are walked recursively, skipping excluded names and what `.gitignore` files
+ignore; a file named on the command line is always linted. Symbolic links are not followed
+out of the linted roots, and loops are detected.
+"""
+from __future__ import annotations
+
+import fnmatch
+import os
+from dataclasses import dataclass, field
+
+EXTENSIONS = (".py", ".pyi", ".ipynb")
+
+
+@dataclass
+class Discovery:
+    files: list = field(default_factory=list)
+    errors: list = field(default_factory=list)  # (path, message)
+
+
+class _GitIgnore:
+    def __init__(self, base: str, lines):
+        self.base = base
+        self.rules = []
+        for ln in lines:
+            ln = ln.rstrip("\n").rstrip()
+            if not ln or ln.startswith("#"):
+                continue
+            neg = ln.startswith("!")
+            if neg:
+                ln = ln[1:]
+            dir_only = ln.endswith("/")
+            ln = ln.rstrip("/")
+            anchored = "/" in ln
+            ln = ln.lstrip("/")
+            self.rules.append((ln, neg, dir_only, anchored))
+
+    def match(self, path: str, is_dir: bool):
+        rel = os.path.relpath(path, self.base).replace(os.sep, "/")
+        result = None
+        for pat, neg, dir_only, anchored in self.rules:
+            if dir_only and not is_dir:
+                continue
+            target = rel if anchored else rel.rsplit("/", 1)[-1]
+            if fnmatch.fnmatchcase(target, pat) or (anchored and fnmatch.fnmatchcase(rel, pat + "/**")):
+                result = not neg
+        return result
+
+
+def _load_gitignore(d: str):
+    p = os.path.join(d, ".gitignore")
+    try:
+        with open(p, encoding="utf-8", errors="replace") as fh:
+            return _GitIgnore(d, fh.readlines())
+    except OSError:
+        return None
+
+
+def _excluded(path: str, patterns) -> bool:
+    name = os.path.basename(path.rstrip(os.sep))
+    norm = path.replace(os.sep, "/")
+    for pat in patterns:
+        p = pat.rstrip("/")
+        if fnmatch.fnmatchcase(name, p) or fnmatch.fnmatchcase(norm, p) or \
+                fnmatch.fnmatchcase(norm, "*/" + p) or fnmatch.fnmatchcase(norm, "*/" + p + "/*"):
+            return True
+    return False
+
+
+def discover(paths, exclude=(), respect_gitignore=True, follow_symlinks=False) -> Discovery:
+    out = Discovery()
+    seen = set()
+    roots = [os.path.realpath(p) for p in paths]
+
+    def inside_roots(real: str) -> bool:
+        return any(real == r or real.startswith(r.rstrip(os.sep) + os.sep) for r in roots)
+
+    def add(path: str):
+        key = os.path.realpath(path)
+        if key not in seen:
+            seen.add(key)
+            out.files.append(path)
+
+    for p in paths:
+        if not os.path.lexists(p):
+            out.errors.append((p, "no such file or directory"))
+            continue
+        if os.path.isfile(p):
+            add(p)  # always linted when named
+            continue
+        if not os.path.isdir(p):
+            out.errors.append((p, "not a file or directory"))
+            continue
+        ignores = []
+        # .gitignore files of the parents up to the repository root
+        d = os.path.abspath(p)
+        chain = []
+        while True:
+            chain.append(d)
+            if os.path.isdir(os.path.join(d, ".git")):
+                break
+            parent = os.path.dirname(d)
+            if parent == d:
+                chain = [os.path.abspath(p)]
+                break
+            d = parent
+        if respect_gitignore:
+            for d in reversed(chain[1:]):
+                gi = _load_gitignore(d)
+                if gi:
+                    ignores.append(gi)
+        visited_dirs = set()
+        _walk(p, exclude, ignores, respect_gitignore, follow_symlinks, inside_roots, visited_dirs, add, out)
+    return out
+
+
+def _ignored(path: str, is_dir: bool, ignores) -> bool:
+    res = None
+    for gi in ignores:
+        r = gi.match(path, is_dir)
+        if r is not None:
+            res = r
+    return bool(res)
+
+
+def _walk(d, exclude, ignores, respect_gitignore, follow_symlinks, inside_roots, visited, add, out):
+    try:
+        real = os.path.realpath(d)
+    except OSError:
+        return
+    if real in visited:
+        return  # a symlink loop
+    visited.add(real)
+    if respect_gitignore:
+        gi = _load_gitignore(d)
+        if gi:
+            ignores = ignores + [gi]
+    try:
+        entries = sorted(os.scandir(d), key=lambda e: e.name)
+    except OSError as exc:
+        out.errors.append((d, f"cannot read directory: {exc.strerror or exc}"))
+        return
+    for e in entries:
+        path = os.path.join(d, e.name)
+        try:
+            is_link = e.is_symlink()
+            if is_link:
+                target = os.path.realpath(path)
+                if not follow_symlinks and not inside_roots(target):
+                    continue
+            is_dir = e.is_dir(follow_symlinks=True)
+        except OSError:
+            continue
+        if _excluded(path, exclude):
+            continue
+        if respect_gitignore and _ignored(path, is_dir, ignores):
+            continue
+        if is_dir:
+            if is_link and not os.path.exists(path):
+                continue
+            _walk(path, exclude, ignores, respect_gitignore, follow_symlinks, inside_roots, visited, add, out)
+        elif e.name.endswith(EXTENSIONS):
+            add(path)
+
+
+def module_name_for(path: str) -> tuple[str, bool]:
+    """Dotted module name from the package structure on disk, and whether it is a package."""
+    path = os.path.abspath(path)
+    d, base = os.path.split(path)
+    stem = base.rsplit(".", 1)[0]
+    is_pkg = stem == "__init__"
+    parts = [] if is_pkg else [stem]
+    while os.path.isfile(os.path.join(d, "__init__.py")):
+        d, name = os.path.split(d)
+        parts.append(name)
+        if not name:
+            break
+    return ".".join(reversed(parts)), is_pkg

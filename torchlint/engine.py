@@ -1,0 +1,325 @@
+"""The pipeline: discover -> parse once -> semantic model -> rules -> findings -> suppression.
+
+``lint_text`` lints one module; ``run`` lints a tree: a first pass over every file (in a
+process pool, from the cache where possible) yields findings and the function summaries
+each module exports; files whose rules asked about functions of other modules are linted
+again with the project's summaries until nothing changes (at most a few rounds).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import traceback
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import Optional
+
+import libcst as cst
+
+from . import __version__
+from .findings import Finding, Span
+from .model import ModuleModel, ProjectIndex
+from .rule import InternalErrorRule, SyntaxErrorRule, UnusedNoqaRule, all_rules
+from .source import SourceError, decode, read_source
+from .suppress import is_suppressed, parse_noqa
+
+# Prefilter: a file containing none of these cannot produce a finding or a useful summary.
+_SUMMARY_TRIGGERS = (b".train(", b".eval(", b"zero_grad", b"backward", b".step(", b".to(",
+                     b".cuda(", b"no_grad", b"inference_mode", b"nn.Module", b"Module)")
+
+
+@dataclass
+class FileResult:
+    path: str
+    findings: list = field(default_factory=list)
+    summaries: dict = field(default_factory=dict)
+    classes: dict = field(default_factory=dict)
+    queries: list = field(default_factory=list)
+    called: list = field(default_factory=list)  # [qualname, under_no_grad]
+    error: Optional[str] = None  # a message for stderr (unreadable, undecodable, ...)
+    internal_error: bool = False
+    answers: str = ""  # hash of the project answers the findings depended on
+    parsed: bool = False
+
+    def to_json(self) -> dict:
+        return {
+            "path": self.path, "findings": [f.to_dict() for f in self.findings],
+            "summaries": self.summaries, "classes": self.classes, "queries": self.queries,
+            "called": self.called, "error": self.error, "internal_error": self.internal_error,
+            "answers": self.answers,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict) -> "FileResult":
+        r = cls(d["path"])
+        r.findings = [Finding.from_dict(x) for x in d["findings"]]
+        r.summaries, r.classes, r.queries = d["summaries"], d["classes"], d["queries"]
+        r.called, r.error, r.internal_error = d["called"], d["error"], d["internal_error"]
+        r.answers = d.get("answers", "")
+        return r
+
+
+@dataclass
+class LintOptions:
+    enabled: frozenset
+    settings: dict = field(default_factory=dict)
+    per_file_ignores: dict = field(default_factory=dict)
+    root: str = "."
+    prefilter: bool = True
+
+    def fingerprint(self) -> str:
+        d = [sorted(self.enabled), sorted(self.settings.items()), sorted(
+            (k, sorted(v)) for k, v in self.per_file_ignores.items()), self.prefilter, __version__]
+        return hashlib.sha256(json.dumps(d, default=str).encode()).hexdigest()[:16]
+
+
+_RULE_CACHE: dict = {}
+
+
+def _rules_for(enabled, settings):
+    key = (tuple(sorted(enabled)), tuple(sorted(settings.items())))
+    r = _RULE_CACHE.get(key)
+    if r is None:
+        r = [cls(settings) for code, cls in all_rules().items() if code in enabled
+             and code not in ("TL000", "TL001", "TL002")]
+        _RULE_CACHE[key] = r
+    return r
+
+
+def display_path(path: str) -> str:
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return path
+    return path if rel.startswith("..") and os.path.isabs(path) else rel
+
+
+def lint_text(path: str, text: str, opts: LintOptions, project: Optional[ProjectIndex] = None,
+              module_name: Optional[str] = None, is_package: bool = False, data: Optional[bytes] = None,
+              shown: Optional[str] = None) -> FileResult:
+    from .discover import module_name_for
+    from .selection import per_file_ignored
+
+    shown = shown or display_path(path)
+    res = FileResult(shown)
+    rules = _rules_for(opts.enabled, opts.settings)
+    ignored = per_file_ignored(path, opts.root, opts.per_file_ignores) if opts.per_file_ignores else set()
+    active = [r for r in rules if not any(r.code.startswith(i) for i in ignored)]
+    raw = data if data is not None else text.encode("utf-8", "surrogatepass")
+    if opts.prefilter:
+        trig = set(_SUMMARY_TRIGGERS)
+        for r in active:
+            trig.update(r.triggers)
+        if not any(t in raw for t in trig):
+            return res
+    if module_name is None:
+        module_name, is_package = module_name_for(path)
+    try:
+        module = cst.parse_module(text)
+    except cst.ParserSyntaxError as exc:
+        res.parsed = True
+        if "TL001" in opts.enabled:
+            msg = str(exc.message if hasattr(exc, "message") else exc).strip().splitlines()[0]
+            line, col = exc.raw_line, max(exc.raw_column, 0)
+            res.findings.append(Finding("TL001", SyntaxErrorRule.name, f"syntax error: {msg}", shown,
+                                        Span.of(line, col, line, col)))
+        return res
+    except RecursionError:
+        res.parsed = True
+        res.findings.append(Finding("TL001", SyntaxErrorRule.name,
+                                    "syntax error: the file nests too deeply to parse", shown, Span.of(1, 0, 1, 0)))
+        return res
+    res.parsed = True
+    try:
+        mm = ModuleModel(path, shown, text, module, module_name, is_package, project)
+    except RecursionError:
+        res.findings.append(Finding("TL000", InternalErrorRule.name,
+                                    "internal error while building the semantic model: expressions nest too deeply",
+                                    shown, Span.of(1, 0, 1, 0)))
+        res.internal_error = True
+        return res
+    except Exception as exc:  # a bug in the model: report it, keep going
+        res.findings.append(Finding("TL000", InternalErrorRule.name,
+                                    f"internal error while building the semantic model: {type(exc).__name__}: {exc}",
+                                    shown, Span.of(1, 0, 1, 0)))
+        res.internal_error = True
+        if os.environ.get("TORCHLINT_DEBUG"):
+            traceback.print_exc()
+        return res
+    findings = []
+    for rule in active:
+        try:
+            for rep in rule.check(mm):
+                findings.append(_finding(mm, rule, rep))
+        except Exception as exc:
+            res.internal_error = True
+            if os.environ.get("TORCHLINT_DEBUG"):
+                traceback.print_exc()
+            findings.append(Finding("TL000", InternalErrorRule.name,
+                                    f"internal error in rule {rule.code} ({rule.name}): {type(exc).__name__}: {exc}",
+                                    shown, Span.of(1, 0, 1, 0)))
+    # exports for the project (cross-module summaries)
+    try:
+        res.summaries = mm.export_summaries()
+        res.classes = mm.export_classes()
+        res.called = mm.export_calls()
+    except Exception as exc:
+        if os.environ.get("TORCHLINT_DEBUG"):
+            traceback.print_exc()
+    res.queries = sorted(mm.external_queries)
+    res.findings = _suppress(findings, text, opts, shown)
+    return res
+
+
+def _finding(mm, rule, rep) -> Finding:
+    sl, sc, el, ec = mm.span_of(rep.node)
+    fix = None
+    if rep.fix is not None and rule.fix_safety:
+        try:
+            fix = rep.fix(mm)
+        except Exception:
+            fix = None
+    line_text = mm.text.splitlines()[sl - 1].strip() if sl - 1 < len(mm.text.splitlines()) else ""
+    fp = hashlib.sha1(f"{rule.code}|{rep.scope}|{line_text}".encode()).hexdigest()[:16]
+    return Finding(rule.code, rule.name, rep.message, mm.display_path, Span.of(sl, sc, el, ec),
+                   rule.severity, fix, tuple(rep.related), fingerprint=fp, scope=rep.scope)
+
+
+def _suppress(findings, text, opts, shown) -> list:
+    exempt, directives = parse_noqa(text)
+    if exempt:
+        return []
+    kept = [f for f in findings if not is_suppressed(directives, f.line, f.code)]
+    if "TL002" in opts.enabled:
+        from .findings import Edit, Fix, Position
+
+        for d in directives.values():
+            if not d.codes:
+                continue
+            unused = [c for c in d.codes if c not in d.used and c.startswith("TL")]
+            if not unused:
+                continue
+            keep = [c for c in d.codes if c not in unused]
+            line = text.splitlines()[d.line - 1]
+            new = f"# noqa: {', '.join(keep)}" if keep else ""
+            start, end = d.start, d.end
+            if not keep:
+                while start > 0 and line[start - 1] in " \t":
+                    start -= 1
+            fix = Fix("Remove unused `noqa` codes", (Edit(Position(d.line, start), Position(d.line, end), new),))
+            kept.append(Finding("TL002", UnusedNoqaRule.name,
+                                f"unused `noqa` directive (non-matching: {', '.join(unused)})", shown,
+                                Span.of(d.line, d.start, d.line, d.end), "warning", fix))
+    return sorted(kept, key=Finding.sort_key)
+
+
+# ---------------------------------------------------------------- files and trees
+def lint_path(path: str, opts: LintOptions, project: Optional[ProjectIndex] = None) -> FileResult:
+    shown = display_path(path)
+    if path.endswith(".ipynb"):
+        try:
+            from .notebook import lint_notebook
+        except ImportError:
+            return FileResult(shown)
+        return lint_notebook(path, opts, project, shown)
+    try:
+        src = read_source(path)
+    except SourceError as exc:
+        return FileResult(shown, error=str(exc))
+    return lint_text(path, src.text, opts, project, data=src.data, shown=shown)
+
+
+def _worker(args):
+    path, opts, project = args
+    try:
+        return lint_path(path, opts, project)
+    except Exception as exc:  # never let one file stop the run
+        r = FileResult(display_path(path))
+        r.internal_error = True
+        r.findings.append(Finding("TL000", InternalErrorRule.name,
+                                  f"internal error: {type(exc).__name__}: {exc}", r.path, Span.of(1, 0, 1, 0)))
+        return r
+
+
+def _map(tasks, jobs: int):
+    if jobs <= 1 or len(tasks) < 4:
+        return [_worker(t) for t in tasks]
+    chunk = max(1, min(64, len(tasks) // (jobs * 8) or 1))
+    try:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            return list(pool.map(_worker, tasks, chunksize=chunk))
+    except (OSError, RuntimeError):
+        return [_worker(t) for t in tasks]
+
+
+def build_project_modules(files) -> dict:
+    from .discover import module_name_for
+
+    mods = {}
+    for f in files:
+        if f.endswith((".py", ".pyi")):
+            name, _ = module_name_for(f)
+            mods.setdefault(name, f)
+    return mods
+
+
+def _answers(project: ProjectIndex, queries) -> str:
+    h = hashlib.sha256()
+    for q in queries:
+        if q.startswith("called:"):
+            key = q[len("called:"):]
+            h.update(f"{q}={key in project.called}/{key in project.called_under_no_grad}".encode())
+        else:
+            h.update(f"{q}={json.dumps(project.summaries.get(q), sort_keys=True)}".encode())
+    return h.hexdigest()[:16]
+
+
+def _merge(project: ProjectIndex, results) -> None:
+    project.summaries.clear()
+    project.classes.clear()
+    project.called.clear()
+    project.called_under_no_grad = set()
+    counts: dict = {}
+    for r in results:
+        project.summaries.update(r.summaries)
+        project.classes.update(r.classes)
+        for q, off in r.called:
+            project.called.add(q)
+            counts.setdefault(q, []).append(off)
+    project.called_under_no_grad = {q for q, offs in counts.items() if offs and all(offs)}
+
+
+def run(files, opts: LintOptions, jobs: int = 1, cache=None) -> list:
+    """Lint ``files``; returns FileResults in the order of ``files``."""
+    project = ProjectIndex(modules=build_project_modules(files))
+    project.called = set()
+    project.called_under_no_grad = set()
+    results: list = [None] * len(files)
+    todo = []
+    for i, f in enumerate(files):
+        hit = cache.get(f, opts) if cache is not None else None
+        if hit is not None:
+            results[i] = hit
+        else:
+            todo.append(i)
+    # pass 1: knowing the module names of the tree but no summaries
+    empty = ProjectIndex(modules=project.modules)
+    empty.called, empty.called_under_no_grad = set(), set()
+    for i, r in zip(todo, _map([(files[i], opts, empty) for i in todo], jobs)):
+        r.answers = _answers(empty, r.queries)
+        results[i] = r
+    # later passes: re-lint the files whose cross-module answers changed
+    for _ in range(3):
+        _merge(project, results)
+        again = [i for i, r in enumerate(results) if r.queries and _answers(project, r.queries) != r.answers]
+        if not again:
+            break
+        for i, r in zip(again, _map([(files[i], opts, project) for i in again], jobs)):
+            r.answers = _answers(project, r.queries)
+            results[i] = r
+    if cache is not None:
+        for i, f in enumerate(files):
+            if i in set(todo) or True:
+                cache.put(f, opts, results[i])
+    return results

@@ -1,0 +1,557 @@
+"""The binder: one pass over a module's syntax tree.
+
+It resolves imports to qualified names, records classes and functions, and turns every
+function body (and the module's own code) into the ops of :mod:`torchlint.model.ir`.
+It does not use libcst's metadata providers: names are resolved from the module's own
+import table, and positions are computed later, only for the nodes that are reported.
+
+The walk follows only the fields that can hold code (no whitespace, commas or
+parentheses), which is what keeps it well under the cost of parsing.
+"""
+from __future__ import annotations
+
+from dataclasses import fields as dc_fields
+from typing import Optional
+
+import libcst as cst
+
+from . import catalog
+from .ir import (
+    GRAD_OFF, GRAD_ON, GRAD_UNKNOWN, AssignOp, BranchOp, CallOp, DefOp, LoopOp, ReturnOp,
+)
+
+
+def dotted(node: cst.CSTNode) -> Optional[str]:
+    """``a.b.c`` for Name/Attribute chains, ``None`` for anything else."""
+    parts = []
+    while isinstance(node, cst.Attribute):
+        parts.append(node.attr.value)
+        node = node.value
+    if isinstance(node, cst.Name):
+        parts.append(node.value)
+        return ".".join(reversed(parts))
+    return None
+
+
+def _attr_chain(node: cst.BaseExpression) -> str:
+    try:
+        return dotted(node) or ""
+    except Exception:
+        return ""
+
+
+class ImportTable:
+    """Local name -> qualified name, from the module's import statements."""
+
+    def __init__(self, module_name: str = "", is_package: bool = False):
+        self.names: dict[str, str] = {}
+        self.module_name = module_name
+        self.is_package = is_package
+        # qualified module names imported (for the dependency graph)
+        self.imported_modules: set[str] = set()
+
+    def _resolve_relative(self, level: int, module: Optional[str]) -> str:
+        base = self.module_name.split(".") if self.module_name else []
+        if not self.is_package:
+            base = base[:-1]
+        if level > 1:
+            base = base[: len(base) - (level - 1)] if level - 1 <= len(base) else []
+        if module:
+            base = base + module.split(".")
+        return ".".join(base)
+
+    def add_import(self, node: cst.Import) -> None:
+        for alias in node.names:
+            name = _attr_chain(alias.name)
+            if not name:
+                continue
+            self.imported_modules.add(name)
+            if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                self.names[alias.asname.name.value] = name
+            else:
+                first = name.split(".")[0]
+                self.names[first] = first
+
+    def add_import_from(self, node: cst.ImportFrom) -> None:
+        module = _attr_chain(node.module) if node.module is not None else None
+        level = len(node.relative)
+        base = self._resolve_relative(level, module) if level else (module or "")
+        if base:
+            self.imported_modules.add(base)
+        if isinstance(node.names, cst.ImportStar):
+            return
+        for alias in node.names:
+            name = _attr_chain(alias.name)
+            if not name:
+                continue
+            local = name
+            if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                local = alias.asname.name.value
+            q = f"{base}.{name}" if base else name
+            self.names[local] = q
+            self.imported_modules.add(q)
+
+    def qualify(self, name: Optional[str]) -> Optional[str]:
+        if not name:
+            return None
+        first, _, rest = name.partition(".")
+        q = self.names.get(first)
+        if q is None:
+            return None
+        return f"{q}.{rest}" if rest else q
+
+
+class ClassModel:
+    def __init__(self, name: str, qualname: str, node: cst.ClassDef, bases: list[str],
+                 raw_bases: list[str]):
+        self.name = name
+        self.qualname = qualname
+        self.node = node
+        self.bases = bases  # qualified where the import table knows them, else as written
+        self.raw_bases = raw_bases
+        self.methods: dict[str, "FunctionModel"] = {}
+        self.attr_values: dict[str, list[AssignOp]] = {}  # self.X -> assignments
+        self.is_module: bool = False  # resolved after binding
+        self.is_lightning: bool = False
+
+
+class FunctionModel:
+    def __init__(self, name: str, qualname: str, node: cst.CSTNode, cls: Optional[ClassModel],
+                 params: list[str], defaults: dict, annotations: dict, decorators: list[str],
+                 parent: Optional["FunctionModel"] = None):
+        self.name = name
+        self.qualname = qualname
+        self.node = node
+        self.cls = cls
+        self.params = params
+        self.defaults = defaults
+        self.annotations = annotations
+        self.decorators = decorators
+        self.parent = parent
+        self.body: list = []
+        self.decorator_grad: Optional[str] = None
+        self.nested: list["FunctionModel"] = []
+        self.is_module_level = isinstance(node, cst.Module)
+        # filled by later stages
+        self.roles: dict[str, tuple] = {}
+        self.summary = None
+
+    def __repr__(self) -> str:
+        return f"<FunctionModel {self.qualname}>"
+
+
+_SKIP_FIELD = ("whitespace", "lpar", "rpar", "comma", "semicolon", "colon", "dot", "equal",
+               "star", "lbracket", "rbracket", "lbrace", "rbrace", "header", "footer",
+               "leading_lines", "lines_after_decorators", "newline", "default_indicator",
+               "operator", "arrow", "asynchronous", "prefix", "quote")
+_FIELD_CACHE: dict[type, tuple] = {}
+
+
+def _child_fields(tp: type) -> tuple:
+    f = _FIELD_CACHE.get(tp)
+    if f is None:
+        f = tuple(x.name for x in dc_fields(tp) if not any(s in x.name for s in _SKIP_FIELD))
+        _FIELD_CACHE[tp] = f
+    return f
+
+
+_LEAVES = (cst.Name, cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.Ellipsis)
+
+
+class Binder:
+    def __init__(self, module: cst.Module, imports: ImportTable):
+        self.module = module
+        self.imports = imports
+        self.classes: dict[str, ClassModel] = {}
+        self.functions: dict[str, FunctionModel] = {}
+        self.module_function = FunctionModel("<module>", "<module>", module, None, [], {}, {}, [])
+        self.all_functions: list[FunctionModel] = [self.module_function]
+        # state while binding
+        self._fn: FunctionModel = self.module_function
+        self._cls: Optional[ClassModel] = None
+        self._grad: Optional[str] = None
+        self._loop: Optional[LoopOp] = None
+        self._guards: tuple = ()
+        self._out: list = self.module_function.body
+
+    # ------------------------------------------------------------------ driving
+    def bind(self) -> None:
+        self._block(self.module.body)
+
+    _cur_stmt = None
+
+    def _emit(self, op) -> None:
+        op.stmt = self._cur_stmt
+        op.grad = self._grad
+        op.loop = self._loop
+        op.guards = self._guards
+        self._out.append(op)
+
+    def _block(self, stmts) -> None:
+        for s in stmts:
+            self._stmt(s)
+
+    def _suite(self, suite) -> None:
+        if isinstance(suite, cst.IndentedBlock):
+            self._block(suite.body)
+        elif isinstance(suite, cst.SimpleStatementSuite):
+            for s in suite.body:
+                self._small(s)
+        else:  # pragma: no cover - defensive
+            self._block(getattr(suite, "body", ()))
+
+    def _collect(self, fn) -> list:
+        """Run ``fn`` with a fresh output list and return what it emitted."""
+        saved = self._out
+        self._out = []
+        try:
+            fn()
+            return self._out
+        finally:
+            self._out = saved
+
+    # ---------------------------------------------------------------- statements
+    def _stmt(self, s) -> None:
+        tp = type(s)
+        self._cur_stmt = s
+        if tp is cst.SimpleStatementLine:
+            for small in s.body:
+                self._small(small)
+        elif tp is cst.FunctionDef:
+            self._function(s)
+        elif tp is cst.ClassDef:
+            self._class(s)
+        elif tp is cst.If:
+            self._if(s)
+        elif tp is cst.For:
+            self._for(s)
+        elif tp is cst.While:
+            self._while(s)
+        elif tp is cst.With:
+            self._with(s)
+        elif tp is cst.Try or tp.__name__ == "TryStar":
+            self._try(s)
+        elif tp.__name__ == "Match":
+            self._match(s)
+        else:
+            for name in _child_fields(tp):
+                v = getattr(s, name, None)
+                if isinstance(v, cst.BaseSuite):
+                    self._suite(v)
+
+    def _small(self, s) -> None:
+        tp = type(s)
+        if tp is cst.Expr:
+            self._expr(s.value)
+        elif tp is cst.Assign:
+            self._expr(s.value)
+            targets = tuple(t.target for t in s.targets)
+            for t in targets:
+                self._target_subexprs(t)
+            self._emit(AssignOp(s, None, targets=targets, value=s.value))
+            if self._cls is not None and self._fn.cls is self._cls:
+                for t in targets:
+                    self._record_self_attr(t, s)
+        elif tp is cst.AugAssign:
+            self._expr(s.value)
+            self._target_subexprs(s.target)
+            op = type(s.operator).__name__
+            self._emit(AssignOp(s, None, targets=(s.target,), value=s.value, aug=op))
+        elif tp is cst.AnnAssign:
+            if s.value is not None:
+                self._expr(s.value)
+            self._emit(AssignOp(s, None, targets=(s.target,), value=s.value, annotation=s.annotation.annotation))
+            if self._cls is not None and self._fn.cls is self._cls and s.value is not None:
+                self._record_self_attr(s.target, s)
+        elif tp is cst.Return:
+            if s.value is not None:
+                self._expr(s.value)
+            self._emit(ReturnOp(s, None, value=s.value))
+        elif tp is cst.Import:
+            self.imports.add_import(s)
+        elif tp is cst.ImportFrom:
+            self.imports.add_import_from(s)
+        elif tp is cst.Del:
+            pass
+        elif tp in (cst.Pass, cst.Break, cst.Continue, cst.Global, cst.Nonlocal):
+            pass
+        else:
+            for name in _child_fields(tp):
+                v = getattr(s, name, None)
+                if isinstance(v, cst.BaseExpression):
+                    self._expr(v)
+
+    def _record_self_attr(self, target, stmt) -> None:
+        d = dotted(target) if isinstance(target, cst.Attribute) else None
+        if d and d.startswith("self.") and d.count(".") == 1:
+            self._cls.attr_values.setdefault(d, []).append(self._out[-1])
+
+    def _target_subexprs(self, t) -> None:
+        # a[i] = ... evaluates a and i; attribute targets evaluate their base
+        if isinstance(t, cst.Subscript):
+            self._expr(t.value)
+            for el in t.slice:
+                self._expr(el.slice)
+        elif isinstance(t, (cst.Tuple, cst.List)):
+            for el in t.elements:
+                self._target_subexprs(el.value)
+
+    def _function(self, node: cst.FunctionDef) -> None:
+        params, defaults, annotations = [], {}, {}
+        p = node.params
+        for prm in list(p.posonly_params) + list(p.params) + list(p.kwonly_params):
+            params.append(prm.name.value)
+            if prm.default is not None:
+                defaults[prm.name.value] = prm.default
+            if prm.annotation is not None:
+                annotations[prm.name.value] = prm.annotation.annotation
+        if isinstance(p.star_arg, cst.Param):
+            params.append("*" + p.star_arg.name.value)
+        if p.star_kwarg is not None:
+            params.append("**" + p.star_kwarg.name.value)
+        decorators = []
+        for d in node.decorators:
+            dec = d.decorator
+            call = dec.func if isinstance(dec, cst.Call) else dec
+            name = dotted(call) or ""
+            decorators.append(self.imports.qualify(name) or name)
+        outer = self._fn
+        cls = self._cls if self._fn_is_class_body else None
+        name = node.name.value
+        if cls is not None:
+            qual = f"{cls.qualname}.{name}"
+        elif outer.is_module_level:
+            qual = name
+        else:
+            qual = f"{outer.qualname}.<locals>.{name}"
+        fn = FunctionModel(name, qual, node, cls, params, defaults, annotations, decorators,
+                           parent=None if outer.is_module_level else outer)
+        for dq in decorators:
+            if dq in catalog.GRAD_OFF_CONTEXTS:
+                fn.decorator_grad = GRAD_OFF
+            elif dq in catalog.GRAD_ON_CONTEXTS:
+                fn.decorator_grad = GRAD_ON
+        self.all_functions.append(fn)
+        if cls is not None:
+            cls.methods[name] = fn
+        elif outer.is_module_level:
+            self.functions[name] = fn
+        else:
+            outer.nested.append(fn)
+            self._emit(DefOp(node, None, function=fn))
+        # bind the body in a fresh context
+        saved = (self._fn, self._grad, self._loop, self._guards, self._out, self._fn_is_class_body)
+        self._fn, self._grad, self._loop, self._guards = fn, fn.decorator_grad, None, ()
+        self._out = fn.body
+        self._fn_is_class_body = False
+        try:
+            self._suite(node.body)
+        finally:
+            (self._fn, self._grad, self._loop, self._guards, self._out, self._fn_is_class_body) = saved
+
+    _fn_is_class_body = False
+
+    def _class(self, node: cst.ClassDef) -> None:
+        bases, raw = [], []
+        for a in node.bases:
+            d = dotted(a.value)
+            if d is None and isinstance(a.value, cst.Subscript):
+                d = dotted(a.value.value)
+            if d:
+                raw.append(d)
+                bases.append(self.imports.qualify(d) or d)
+        outer_cls = self._cls
+        qual = node.name.value if outer_cls is None else f"{outer_cls.qualname}.{node.name.value}"
+        cls = ClassModel(node.name.value, qual, node, bases, raw)
+        self.classes[qual] = cls
+        saved = (self._cls, self._fn_is_class_body)
+        self._cls, self._fn_is_class_body = cls, True
+        try:
+            body = node.body
+            if isinstance(body, cst.IndentedBlock):
+                for s in body.body:
+                    if isinstance(s, (cst.FunctionDef, cst.ClassDef)):
+                        self._stmt(s)
+                    # class-level assignments are not part of any function's flow
+            self._fn_is_class_body = saved[1]
+        finally:
+            self._cls, self._fn_is_class_body = saved
+
+    def _if(self, node: cst.If) -> None:
+        self._cur_stmt = node
+        self._expr(node.test)
+        br = BranchOp(node, None, test=node.test)
+        self._emit(br)
+        saved = self._guards
+        arms = []
+        self._guards = saved + ((br, 0),)
+        arms.append(self._collect(lambda: self._suite(node.body)))
+        orelse = node.orelse
+        if orelse is not None:
+            self._guards = saved + ((br, 1),)
+            if isinstance(orelse, cst.If):
+                arms.append(self._collect(lambda: self._if(orelse)))
+            else:
+                arms.append(self._collect(lambda: self._suite(orelse.body)))
+            br.exhaustive = True
+        self._guards = saved
+        br.arms = arms
+
+    def _loop_common(self, loop: LoopOp, body, orelse) -> None:
+        self._emit(loop)
+        loop.parent = self._loop
+        saved = self._loop
+        self._loop = loop
+        try:
+            loop.body = self._collect(lambda: self._suite(body))
+        finally:
+            self._loop = saved
+        if orelse is not None:
+            loop.orelse = self._collect(lambda: self._suite(orelse.body))
+
+    def _for(self, node: cst.For) -> None:
+        before = len(self._out)
+        self._expr(node.iter)
+        iter_call = None
+        if isinstance(node.iter, cst.Call):
+            for op in self._out[before:]:
+                if isinstance(op, CallOp) and op.node is node.iter:
+                    iter_call = op
+        loop = LoopOp(node, None, is_while=False, target=node.target, iter=node.iter, iter_call=iter_call)
+        self._loop_common(loop, node.body, node.orelse)
+
+    def _while(self, node: cst.While) -> None:
+        loop = LoopOp(node, None, is_while=True, iter=node.test)
+        self._expr(node.test)
+        self._loop_common(loop, node.body, node.orelse)
+
+    def _with(self, node: cst.With) -> None:
+        new_grad = self._grad
+        for item in node.items:
+            self._expr(item.item)
+            g = self._grad_of_context(item.item)
+            if g is not None:
+                new_grad = g
+            if item.asname is not None:
+                self._emit(AssignOp(item, None, targets=(item.asname.name,), value=item.item))
+        saved = self._grad
+        self._grad = new_grad
+        try:
+            self._suite(node.body)
+        finally:
+            self._grad = saved
+
+    def _grad_of_context(self, expr) -> Optional[str]:
+        call = expr.func if isinstance(expr, cst.Call) else expr
+        q = self.imports.qualify(dotted(call))
+        if q in catalog.GRAD_OFF_CONTEXTS:
+            return GRAD_OFF
+        if q in catalog.GRAD_ON_CONTEXTS:
+            return GRAD_ON
+        if q in catalog.SET_GRAD_ENABLED and isinstance(expr, cst.Call) and expr.args:
+            v = expr.args[0].value
+            if isinstance(v, cst.Name) and v.value in ("False", "True"):
+                return GRAD_OFF if v.value == "False" else GRAD_ON
+            return GRAD_UNKNOWN
+        return None
+
+    def _try(self, node) -> None:
+        # the body runs; each handler is an alternative continuation; finally always runs
+        self._suite(node.body)
+        if node.handlers:
+            br = BranchOp(node, None, test=None)
+            self._emit(br)
+            saved = self._guards
+            arms = []
+            for i, h in enumerate(node.handlers):
+                self._guards = saved + ((br, i),)
+                arms.append(self._collect(lambda h=h: self._suite(h.body)))
+            self._guards = saved
+            br.arms = arms
+        if node.orelse is not None:
+            self._suite(node.orelse.body)
+        if node.finalbody is not None:
+            self._suite(node.finalbody.body)
+
+    def _match(self, node) -> None:
+        self._expr(node.subject)
+        br = BranchOp(node, None, test=node.subject)
+        self._emit(br)
+        saved = self._guards
+        arms = []
+        for i, case in enumerate(node.cases):
+            self._guards = saved + ((br, i),)
+            arms.append(self._collect(lambda c=case: self._suite(c.body)))
+        self._guards = saved
+        br.arms = arms
+
+    # ---------------------------------------------------------------- expressions
+    def _expr(self, e) -> None:
+        tp = type(e)
+        if tp in _LEAVES:
+            return
+        if tp is cst.Call:
+            self._call(e)
+        elif tp is cst.Attribute:
+            self._expr(e.value)
+        elif tp is cst.Lambda:
+            return  # lambdas run later, if at all
+        elif tp in (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp):
+            self._comp(e)
+        else:
+            for name in _child_fields(tp):
+                v = getattr(e, name, None)
+                if v is None:
+                    continue
+                if isinstance(v, (tuple, list)):
+                    for x in v:
+                        self._expr_any(x)
+                else:
+                    self._expr_any(v)
+
+    def _expr_any(self, v) -> None:
+        if isinstance(v, cst.BaseExpression):
+            self._expr(v)
+        elif isinstance(v, cst.CSTNode):
+            # Arg, Element, DictElement, Subscript elements, f-string parts, ...
+            for name in _child_fields(type(v)):
+                x = getattr(v, name, None)
+                if x is None or isinstance(x, str):
+                    continue
+                if isinstance(x, (tuple, list)):
+                    for y in x:
+                        self._expr_any(y)
+                else:
+                    self._expr_any(x)
+
+    def _comp(self, e) -> None:
+        # evaluate the iterables and the element; a comprehension is a small loop
+        f = e.for_in
+        while f is not None:
+            self._expr(f.iter)
+            for cond in f.ifs:
+                self._expr(cond.test)
+            f = f.inner_for_in
+        if isinstance(e, cst.DictComp):
+            self._expr(e.key)
+            self._expr(e.value)
+        else:
+            self._expr(e.elt)
+
+    def _call(self, e: cst.Call) -> None:
+        func = e.func
+        recv_node = None
+        attr = None
+        if isinstance(func, cst.Attribute):
+            recv_node = func.value
+            attr = func.attr.value
+            self._expr(recv_node)
+        elif not isinstance(func, cst.Name):
+            self._expr(func)
+        for a in e.args:
+            self._expr(a.value)
+        d = dotted(func)
+        q = self.imports.qualify(d) if d else None
+        recv = dotted(recv_node) if recv_node is not None else None
+        self._emit(CallOp(e, None, func=d, qual=q, recv=recv, recv_node=recv_node, attr=attr,
+                          args=tuple(e.args)))

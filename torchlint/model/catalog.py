@@ -1,0 +1,183 @@
+"""What PyTorch names mean: the one place that knows the library's vocabulary.
+
+Qualified names are resolved by :mod:`torchlint.model.names`; this module maps
+them (and, when nothing better is known, variable names) to *roles*.
+"""
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+# ---------------------------------------------------------------- roles
+MODEL = "model"
+OPTIMIZER = "optimizer"
+SCHEDULER = "scheduler"
+LOSS = "loss_fn"
+LOADER = "loader"
+DEVICE = "device"
+SCALER = "scaler"
+ACCELERATOR = "accelerator"
+DATASET = "dataset"
+
+# ------------------------------------------------------- loss kinds
+CE = "cross_entropy"
+NLL = "nll"
+BCE = "bce"
+BCE_LOGITS = "bce_with_logits"
+OTHER_LOSS = "other"
+
+LOSS_CLASSES = {
+    "torch.nn.CrossEntropyLoss": CE,
+    "torch.nn.NLLLoss": NLL,
+    "torch.nn.BCELoss": BCE,
+    "torch.nn.BCEWithLogitsLoss": BCE_LOGITS,
+}
+FUNCTIONAL_LOSSES = {
+    "torch.nn.functional.cross_entropy": CE,
+    "torch.nn.functional.nll_loss": NLL,
+    "torch.nn.functional.binary_cross_entropy": BCE,
+    "torch.nn.functional.binary_cross_entropy_with_logits": BCE_LOGITS,
+}
+
+OPTIMIZER_PREFIXES = ("torch.optim.", "apex.optimizers.", "bitsandbytes.optim.", "timm.optim.")
+OPTIMIZER_FACTORIES = {
+    "timm.optim.create_optimizer_v2",
+    "timm.optim.create_optimizer",
+    "transformers.AdamW",
+    "transformers.optimization.AdamW",
+}
+SCHEDULER_PREFIXES = ("torch.optim.lr_scheduler.",)
+SCHEDULER_FACTORIES = {
+    "transformers.get_scheduler",
+    "transformers.get_linear_schedule_with_warmup",
+    "transformers.get_cosine_schedule_with_warmup",
+    "transformers.optimization.get_linear_schedule_with_warmup",
+    "timm.scheduler.create_scheduler",
+    "timm.scheduler.create_scheduler_v2",
+}
+LOADER_NAMES = {"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"}
+SCALER_NAMES = {
+    "torch.cuda.amp.GradScaler",
+    "torch.amp.GradScaler",
+    "torch.cpu.amp.GradScaler",
+    "torch.GradScaler",
+}
+ACCELERATOR_NAMES = {"accelerate.Accelerator"}
+DEVICE_NAMES = {"torch.device"}
+MODULE_BASES = {
+    "torch.nn.Module",
+    "torch.nn.modules.module.Module",
+    "pytorch_lightning.LightningModule",
+    "lightning.LightningModule",
+    "lightning.pytorch.LightningModule",
+    "torch.nn.Sequential",
+    "torch.nn.ModuleList",
+    "transformers.PreTrainedModel",
+}
+LIGHTNING_BASES = {
+    "pytorch_lightning.LightningModule",
+    "lightning.LightningModule",
+    "lightning.pytorch.LightningModule",
+    "pytorch_lightning.core.LightningModule",
+}
+MODEL_FACTORY_PREFIXES = ("torchvision.models.", "timm.", "transformers.")
+MODEL_FACTORY_SUFFIXES = (".from_pretrained",)
+
+# torch.nn classes that are not modules we train (containers and layers are modules)
+NN_NON_MODULES = {"torch.nn.Parameter", "torch.nn.ParameterList", "torch.nn.ParameterDict"}
+
+GRAD_OFF_CONTEXTS = {"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad",
+                     "torch.autograd.grad_mode.no_grad", "torch.autograd.inference_mode"}
+GRAD_ON_CONTEXTS = {"torch.enable_grad", "torch.autograd.enable_grad"}
+SET_GRAD_ENABLED = {"torch.set_grad_enabled", "torch.autograd.set_grad_enabled"}
+
+SOFTMAX_FUNCS = {"torch.softmax", "torch.nn.functional.softmax", "torch.Tensor.softmax",
+                 "torch.special.softmax"}
+LOG_SOFTMAX_FUNCS = {"torch.log_softmax", "torch.nn.functional.log_softmax",
+                     "torch.special.log_softmax"}
+SIGMOID_FUNCS = {"torch.sigmoid", "torch.nn.functional.sigmoid", "torch.special.expit"}
+
+TENSOR_FACTORIES = {
+    "torch.zeros", "torch.ones", "torch.arange", "torch.randn", "torch.rand", "torch.empty",
+    "torch.full", "torch.eye", "torch.tensor", "torch.linspace", "torch.randint", "torch.randperm",
+}
+FRESH_FACTORIES = TENSOR_FACTORIES | {
+    "torch.zeros_like", "torch.ones_like", "torch.empty_like", "torch.full_like",
+    "torch.randn_like", "torch.rand_like", "torch.cat", "torch.stack",
+}
+
+# ------------------------------------------------------- name heuristics
+_PATTERNS = [
+    (SCHEDULER, re.compile(r"(^|_)(lr_)?sched(uler)?s?($|_)|^scheduler|_scheduler$|^lr_scheduler")),
+    (OPTIMIZER, re.compile(r"^(opt|optim|optimizer|optimiser)s?(_\w+)?$|_(opt|optim|optimizer|optimiser)$|^optimizer")),
+    (SCALER, re.compile(r"(^|_)(grad_)?scaler$|^loss_scaler$")),
+    (ACCELERATOR, re.compile(r"^accelerator$")),
+    (LOADER, re.compile(r"(^|_)(data_?)?loader(s)?($|_)|_dl$|^dl_|^dl$")),
+    (LOSS, re.compile(r"^(criterion|loss_fn|loss_func|lossfn|loss_function|criterion_\w+|\w+_criterion)$")),
+    (DEVICE, re.compile(r"^(device|dev)$|_device$")),
+    (MODEL, re.compile(
+        r"^(model|net|network|module|classifier|generator|discriminator|encoder|decoder|"
+        r"netG|netD|netE|G|D|student|teacher|backbone|policy|critic|actor)$|_model$|^model_|_net$"
+    )),
+]
+
+
+def role_from_name(name: str) -> Optional[str]:
+    """Guess a role from a variable name (last attribute); ``None`` if nothing fits."""
+    last = name.rsplit(".", 1)[-1]
+    for role, pat in _PATTERNS:
+        if pat.search(last):
+            return role
+    return None
+
+
+ANNOTATION_ROLES = {
+    "torch.nn.Module": MODEL,
+    "torch.optim.Optimizer": OPTIMIZER,
+    "torch.optim.optimizer.Optimizer": OPTIMIZER,
+    "torch.optim.lr_scheduler.LRScheduler": SCHEDULER,
+    "torch.optim.lr_scheduler._LRScheduler": SCHEDULER,
+    "torch.utils.data.DataLoader": LOADER,
+    "torch.device": DEVICE,
+    "torch.cuda.amp.GradScaler": SCALER,
+    "torch.amp.GradScaler": SCALER,
+    "accelerate.Accelerator": ACCELERATOR,
+}
+
+
+def role_of_constructor(qualname: str) -> tuple[Optional[str], Optional[str]]:
+    """Role (and loss kind) of the value a call to ``qualname`` returns."""
+    if qualname in LOSS_CLASSES:
+        return LOSS, LOSS_CLASSES[qualname]
+    if qualname.startswith("torch.nn.") and qualname.endswith("Loss"):
+        return LOSS, OTHER_LOSS
+    if qualname in LOADER_NAMES:
+        return LOADER, None
+    if qualname in SCALER_NAMES:
+        return SCALER, None
+    if qualname in ACCELERATOR_NAMES:
+        return ACCELERATOR, None
+    if qualname in DEVICE_NAMES:
+        return DEVICE, None
+    if qualname.startswith(SCHEDULER_PREFIXES) or qualname in SCHEDULER_FACTORIES:
+        return SCHEDULER, None
+    if qualname in OPTIMIZER_FACTORIES:
+        return OPTIMIZER, None
+    if qualname.startswith(OPTIMIZER_PREFIXES):
+        last = qualname.rsplit(".", 1)[-1]
+        if last[:1].isupper() and "lr_scheduler" not in qualname and last != "Optimizer":
+            return OPTIMIZER, None
+    if qualname.startswith("torch.nn.") and qualname not in NN_NON_MODULES:
+        last = qualname.rsplit(".", 1)[-1]
+        if last[:1].isupper() and not qualname.startswith("torch.nn.functional") \
+                and not qualname.startswith("torch.nn.init") and not qualname.startswith("torch.nn.utils"):
+            return MODEL, None
+    if qualname.startswith("torchvision.models.") or qualname in {"timm.create_model"}:
+        return MODEL, None
+    if qualname.endswith(MODEL_FACTORY_SUFFIXES) and "Model" in qualname and "Tokenizer" not in qualname:
+        return MODEL, None
+    return None, None
+
+
+def functional_loss_kind(qualname: str) -> Optional[str]:
+    return FUNCTIONAL_LOSSES.get(qualname)

@@ -1,0 +1,251 @@
+"""Mode flow and function summaries.
+
+*Mode flow* follows, through one function, which mode (``train``/``eval``) each model can be
+in at every forward pass and call.  A model's state is a set of ``(mode, origin)`` pairs; the
+mode ``entry`` means "whatever the caller left".  Loops are iterated to a fixpoint, so a
+switch to eval at the end of an epoch reaches the next epoch's training step (the back edge).
+
+A *summary* condenses a function for its callers: the mode it leaves each parameter and
+``self`` attribute in, whether it trains or evaluates a model in the mode it was given,
+whether it clears gradients, steps, runs backward.  Summaries are plain dicts, so they can
+be cached and shipped between processes; the project table resolves calls across modules.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import libcst as cst
+
+from . import catalog
+from .binder import dotted
+from .ir import (
+    AUTOGRAD_GRAD, BACKWARD, CALL, CLEAR, FORWARD, GRAD_OFF, MODE, SCHED_STEP, STEP,
+    AssignOp, BranchOp, CallOp, LoopOp, walk,
+)
+
+ENTRY = "entry"
+State = dict  # path -> frozenset[(mode, origin)]
+
+
+def norm_path(p: Optional[str]) -> Optional[str]:
+    if p is None:
+        return None
+    for suffix in (".module", ".model"):
+        # model.module (DataParallel) is the same model for modes
+        if p.endswith(".module"):
+            p = p[: -len(".module")]
+    return p
+
+
+class ModeFlow:
+    def __init__(self, mm, fn):
+        self.mm = mm
+        self.fn = fn
+        self.at: dict[int, frozenset] = {}  # id(op) -> modes of the op's model/argument
+        self.at_args: dict[int, dict] = {}  # id(CALL op) -> {param key: modes}
+        self.final: State = {}
+
+    def modes(self, state: State, path: str) -> frozenset:
+        path = norm_path(path)
+        v = state.get(path)
+        if v is None:
+            if self._constructed_here(path):
+                return frozenset({("train", None)})
+            return frozenset({(ENTRY, None)})
+        return v
+
+    def _constructed_here(self, path) -> bool:
+        # module-level models start in train mode (nn.Module's default)
+        return self.fn.is_module_level and "." not in path
+
+    def run(self) -> "ModeFlow":
+        self.final = self._block(self.fn.body, {})
+        return self
+
+    def _block(self, block, st: State) -> State:
+        for op in block:
+            st = self._op(op, st)
+        return st
+
+    def _op(self, op, st: State) -> State:
+        if isinstance(op, CallOp):
+            k = op.kind
+            if k == MODE and op.target:
+                t = norm_path(op.target)
+                origin = (f"`{op.target}.{op.attr}()`", op.node)
+                st = dict(st)
+                if op.info in ("train", "eval"):
+                    st[t] = frozenset({(op.info, origin)})
+                else:
+                    st[t] = frozenset({("train", origin), ("eval", origin)})
+            elif k == FORWARD and op.target:
+                self.at[id(op)] = self.modes(st, op.target)
+            elif k == CALL:
+                summ = self.mm.summary_of(op.info)
+                if summ is not None:
+                    argmap = self.mm.argmap(self.fn, op, summ)
+                    self.at_args[id(op)] = {key: self.modes(st, path) for key, path in argmap.items()}
+                    exits = summ.get("exit_modes") or {}
+                    if exits:
+                        st = dict(st)
+                        for key, (mode, origin) in exits.items():
+                            path = argmap.get(key)
+                            if path is not None:
+                                st[norm_path(path)] = frozenset({(mode, origin)})
+            return st
+        if isinstance(op, AssignOp):
+            if op.value is not None and op.aug is None and isinstance(op.value, cst.Call):
+                role = self.mm.resolver.of_expr(self.fn, op.value)[0]
+                if role == catalog.MODEL:
+                    inner = op.value
+                    # model = Net().to(device) is freshly built; model = model.to(device) keeps state
+                    base = inner
+                    while isinstance(base, cst.Call) and isinstance(base.func, cst.Attribute):
+                        base = base.func.value
+                    fresh = isinstance(base, cst.Call) or not isinstance(base, (cst.Name, cst.Attribute))
+                    if fresh:
+                        st = dict(st)
+                        for t in op.targets:
+                            d = dotted(t)
+                            if d:
+                                st[norm_path(d)] = frozenset({("train", None)})
+            return st
+        if isinstance(op, LoopOp):
+            cur = st
+            for _ in range(4):
+                out = self._block(op.body, cur)
+                nxt = _join(cur, out)
+                if nxt == cur:
+                    break
+                cur = nxt
+            # record the states with the fixpoint input
+            out = self._block(op.body, cur)
+            res = _join(st, out)
+            if op.orelse:
+                res = self._block(op.orelse, res)
+            return res
+        if isinstance(op, BranchOp):
+            outs = [self._block(arm, st) for arm in op.arms]
+            if not op.exhaustive:
+                outs.append(st)
+            res = outs[0]
+            for o in outs[1:]:
+                res = _join(res, o)
+            return res
+        return st
+
+
+def _join(a: State, b: State) -> State:
+    if a is b:
+        return a
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = out[k] | v if k in out else v
+    for k in a:
+        if k not in b:
+            pass
+    return out
+
+
+def _join_entry(a: State, b: State, flow: ModeFlow) -> State:
+    keys = set(a) | set(b)
+    return {k: flow.modes(a, k) | flow.modes(b, k) for k in keys}
+
+
+# ------------------------------------------------------------------------- summaries
+def loop_trains(loop: LoopOp) -> bool:
+    for op in walk(loop.body):
+        if isinstance(op, CallOp) and op.kind in (BACKWARD,):
+            return True
+    return False
+
+
+def function_events(fn, kinds) -> list:
+    return [op for op in walk(fn.body) if isinstance(op, CallOp) and op.kind in kinds]
+
+
+def summarize(mm, fn) -> dict:
+    """The summary of ``fn`` for its callers (a JSON-serialisable dict)."""
+    flow = mm.flow(fn)
+    keys = [p for p in fn.params if not p.startswith("*") and p not in ("cls",)]
+    origin = f"`{fn.name}()` at {mm.display_path}:{mm.def_line(fn)}"
+    exit_modes = {}
+    for path, modes in flow.final.items():
+        key = _key_for(fn, path, keys)
+        if key is None:
+            continue
+        ms = {m for m, _ in modes}
+        if len(ms) == 1 and ENTRY not in ms:
+            exit_modes[key] = (ms.pop(), origin)
+    trains = any(True for _ in function_events(fn, (BACKWARD,)))
+    # does it train / evaluate a model in the mode its caller gave it?
+    trains_in_entry, evals_in_entry = set(), set()
+    for op in function_events(fn, (FORWARD,)):
+        modes = flow.at.get(id(op), frozenset())
+        key = _key_for(fn, norm_path(op.target), keys)
+        if key is None or not any(m == ENTRY for m, _ in modes):
+            continue
+        in_training = trains and (op.loop is None or _loop_or_outer_trains(op.loop))
+        if in_training:
+            trains_in_entry.add(key)
+        elif op.grad == GRAD_OFF or fn.decorator_grad == GRAD_OFF:
+            evals_in_entry.add(key)
+    # transitive through calls
+    for op in function_events(fn, (CALL,)):
+        s = mm.summary_of(op.info)
+        if not s:
+            continue
+        argmap = mm.argmap(fn, op, s)
+        modes_at = flow.at_args.get(id(op), {})
+        for ckey in s.get("trains_in_entry", ()):
+            path = argmap.get(ckey)
+            if path and any(m == ENTRY for m, _ in modes_at.get(ckey, frozenset())):
+                k = _key_for(fn, norm_path(path), keys)
+                if k:
+                    trains_in_entry.add(k)
+        for ckey in s.get("evals_in_entry", ()):
+            path = argmap.get(ckey)
+            if path and any(m == ENTRY for m, _ in modes_at.get(ckey, frozenset())):
+                k = _key_for(fn, norm_path(path), keys)
+                if k:
+                    evals_in_entry.add(k)
+    calls = function_events(fn, (CALL,))
+    sub = [mm.summary_of(op.info) or {} for op in calls]
+    return {
+        "name": fn.name,
+        "qualname": fn.qualname,
+        "path": mm.display_path,
+        "line": mm.def_line(fn),
+        "params": keys,
+        "exit_modes": exit_modes,
+        "trains_in_entry": sorted(trains_in_entry),
+        "evals_in_entry": sorted(evals_in_entry),
+        "backward": trains or any(s.get("backward") for s in sub),
+        "step": bool(function_events(fn, (STEP,))) or any(s.get("step") for s in sub),
+        "clear": bool(function_events(fn, (CLEAR,))) or mm.clears_by_assignment(fn)
+        or any(s.get("clear") for s in sub),
+        "sched_step": bool(function_events(fn, (SCHED_STEP,))) or any(s.get("sched_step") for s in sub),
+        "grad": fn.decorator_grad,
+        "returns": sorted(mm.return_facts(fn)),
+        "forward": bool(function_events(fn, (FORWARD,))) or any(s.get("forward") for s in sub),
+        "moves": any(op.kind == "move" for op in walk(fn.body) if isinstance(op, CallOp))
+        or any(s.get("moves") for s in sub),
+    }
+
+
+def _loop_or_outer_trains(loop) -> bool:
+    while loop is not None:
+        if loop_trains(loop):
+            return True
+        loop = loop.parent
+    return False
+
+
+def _key_for(fn, path: Optional[str], keys) -> Optional[str]:
+    if not path:
+        return None
+    if path in keys:
+        return path
+    if path.startswith("self.") and fn.cls is not None:
+        return path
+    return None

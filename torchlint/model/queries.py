@@ -1,0 +1,196 @@
+"""Questions rules ask about loops and functions, answered from the event sequences.
+
+A loop's *iteration* is its body's ops in program order, nested loops and branches
+included, with calls of functions in the tree standing for their summaries and an
+``opt.step(closure)`` preceded by the closure's own ops (LBFGS).
+"""
+from __future__ import annotations
+
+from typing import Iterator, Optional
+
+import libcst as cst
+
+from . import catalog
+from .binder import dotted
+from .ir import (
+    AUTOGRAD_GRAD, BACKWARD, CALL, CLEAR, FORWARD, GRAD_OFF, SCHED_STEP, STEP, AssignOp, BranchOp,
+    CallOp, DefOp, LoopOp, walk,
+)
+
+
+def closure_function(mm, fn, op: CallOp):
+    """The nested function passed as ``opt.step(closure)``, if it is defined in the tree."""
+    if op.closure is None:
+        return None
+    name = dotted(op.closure)
+    f = fn
+    while f is not None:
+        for n in f.nested:
+            if n.name == name:
+                return n
+        f = f.parent
+    return mm.functions.get(name) if name else None
+
+
+def iteration(mm, fn, block) -> list:
+    """The ops of one pass through ``block`` (deep), closures expanded before their step."""
+    out = []
+    for op in walk(block):
+        if isinstance(op, CallOp) and op.kind == STEP and op.closure is not None:
+            cf = closure_function(mm, fn, op)
+            if cf is not None:
+                out.extend(o for o in walk(cf.body) if isinstance(o, (CallOp, AssignOp)))
+        out.append(op)
+    return out
+
+
+def is_kind(mm, op, kind: str) -> bool:
+    """``op`` is an event of ``kind``, directly or through a called function's summary."""
+    if not isinstance(op, CallOp):
+        return False
+    if op.kind == kind:
+        return True
+    if op.kind == CALL:
+        s = mm.summary_of(op.info)
+        if s:
+            key = {BACKWARD: "backward", STEP: "step", CLEAR: "clear", SCHED_STEP: "sched_step",
+                   FORWARD: "forward"}.get(kind)
+            return bool(key and s.get(key))
+    return False
+
+
+def is_grad_clear(op) -> bool:
+    """``p.grad = None``, ``p.grad.zero_()``, ``p.grad.data.zero_()``, ``p.grad.detach_()``."""
+    if isinstance(op, AssignOp):
+        return any(isinstance(t, cst.Attribute) and t.attr.value == "grad" for t in op.targets)
+    if isinstance(op, CallOp) and op.attr in ("zero_", "detach_", "fill_", "requires_grad_") and op.recv:
+        return op.recv.endswith(".grad") or op.recv.endswith(".grad.data")
+    return False
+
+
+def clears(mm, op) -> bool:
+    return is_kind(mm, op, CLEAR) or is_grad_clear(op)
+
+
+def guards_inside(op, loop: LoopOp) -> list:
+    """The branches enclosing ``op`` that are themselves inside ``loop``."""
+    out = []
+    for br, arm in op.guards:
+        lp = br.loop
+        while lp is not None and lp is not loop:
+            lp = lp.parent
+        if lp is loop:
+            out.append((br, arm))
+    return out
+
+
+def within(op, loop: LoopOp) -> bool:
+    lp = op.loop
+    while lp is not None:
+        if lp is loop:
+            return True
+        lp = lp.parent
+    return False
+
+
+def optimizer_paths(mm, fn) -> set:
+    """Optimizers the function can see: created, passed in, or module globals."""
+    out = set()
+    f = fn
+    while f is not None:
+        for path, (role, _) in mm.resolver.local_roles(f).items():
+            if role == catalog.OPTIMIZER:
+                out.add(path)
+        for p in f.params:
+            if mm.resolver.of_path(f, p)[0] == catalog.OPTIMIZER:
+                out.add(p)
+        f = f.parent
+    if fn.cls is not None:
+        for path, (role, _) in mm.resolver.class_roles(fn.cls).items():
+            if role == catalog.OPTIMIZER:
+                out.add(path)
+    for path, (role, _) in mm.resolver.module_roles().items():
+        if role == catalog.OPTIMIZER:
+            out.add(path)
+    return out
+
+
+_ACCUM = ("accum", "accumulat", "grad_acc", "update_freq", "iters_to_accumulate")
+
+
+def is_accumulation_test(test) -> bool:
+    """``if (i + 1) % accum_steps == 0:`` and its spellings."""
+    if test is None:
+        return False
+    found = [False]
+
+    def visit(e):
+        if isinstance(e, cst.BinaryOperation) and isinstance(e.operator, cst.Modulo):
+            found[0] = True
+        d = dotted(e) if isinstance(e, (cst.Name, cst.Attribute)) else None
+        if d and any(a in d.lower() for a in _ACCUM):
+            found[0] = True
+        for name in ("left", "right", "expression", "value", "comparator"):
+            v = getattr(e, name, None)
+            if isinstance(v, cst.BaseExpression):
+                visit(v)
+        if isinstance(e, cst.Comparison):
+            visit(e.left)
+            for c in e.comparisons:
+                visit(c.comparator)
+        if isinstance(e, cst.BooleanOperation):
+            visit(e.left)
+            visit(e.right)
+        if isinstance(e, cst.Call):
+            for a in e.args:
+                visit(a.value)
+
+    visit(test)
+    return found[0]
+
+
+def manual_update(fn) -> bool:
+    """Parameters updated by hand (``p -= lr * p.grad``, ``p.data.add_(p.grad, ...)``)."""
+    for op in walk(fn.body):
+        if isinstance(op, AssignOp) and op.aug is not None and op.value is not None:
+            if _mentions_grad(op.value):
+                return True
+        if isinstance(op, CallOp) and op.attr and op.attr.endswith("_") and op.args:
+            if any(_mentions_grad(a.value) for a in op.args):
+                return True
+        if isinstance(op, AssignOp) and op.value is not None and op.aug is None and _mentions_grad(op.value):
+            for t in op.targets:
+                if isinstance(t, cst.Attribute) and t.attr.value == "data":
+                    return True
+    return False
+
+
+def _mentions_grad(e) -> bool:
+    if isinstance(e, cst.Attribute):
+        if e.attr.value == "grad":
+            return True
+        return _mentions_grad(e.value)
+    if isinstance(e, cst.BinaryOperation):
+        return _mentions_grad(e.left) or _mentions_grad(e.right)
+    if isinstance(e, cst.UnaryOperation):
+        return _mentions_grad(e.expression)
+    if isinstance(e, cst.Call):
+        return _mentions_grad(e.func) or any(_mentions_grad(a.value) for a in e.args)
+    return False
+
+
+def trains(mm, block) -> bool:
+    return any(is_kind(mm, op, BACKWARD) for op in walk(block) if isinstance(op, CallOp))
+
+
+def uses_autograd(mm, block) -> bool:
+    return any(isinstance(op, CallOp) and (op.kind == AUTOGRAD_GRAD or is_kind(mm, op, BACKWARD))
+               for op in walk(block))
+
+
+def analysable_functions(mm) -> Iterator:
+    """Functions whose loops are training code (not nn.Module internals like forward)."""
+    for fn in mm.all_functions:
+        if mm.is_module_method(fn):
+            continue
+        yield fn

@@ -1,0 +1,236 @@
+"""One writer per output format. Each takes the findings (sorted) and returns text."""
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+
+from ..findings import Finding
+from ..rule import all_rules
+
+FORMATS = ("text", "concise", "json", "json-lines", "github", "sarif", "lsp")
+
+
+def _utf16_col(line_text: str, col: int) -> int:
+    return len(line_text[:col].encode("utf-16-le")) // 2
+
+
+def _dyn_line(f: Finding) -> str:
+    if not f.dynamic:
+        return ""
+    return f"\n    dynamic: {f.dynamic.get('verdict')} — {f.dynamic.get('evidence', '')}"
+
+
+def _loc(f: Finding) -> str:
+    if f.cell is not None:
+        return f"{f.path}:cell {f.cell}:{f.line}:{f.column + 1}"
+    return f"{f.path}:{f.line}:{f.column + 1}"
+
+
+def write_text(findings, fixable_marker=True, show_fixes=False, statistics=False, color=False, **_) -> str:
+    out = []
+    for f in findings:
+        mark = " [*]" if fixable_marker and f.fix is not None and f.fix.applicability == "safe" else ""
+        if fixable_marker and f.fix is not None and f.fix.applicability == "unsafe":
+            mark = ""
+        code = f.code
+        if color:
+            code = f"\x1b[1;31m{code}\x1b[0m"
+            loc = f"\x1b[1m{_loc(f)}\x1b[0m"
+        else:
+            loc = _loc(f)
+        out.append(f"{loc}: {code}{mark} {f.message}{_dyn_line(f)}")
+        for r in f.related:
+            out.append(f"    note: {r.path}:{r.line}: {r.message}")
+    n = len(findings)
+    if n:
+        safe = sum(1 for f in findings if f.fix is not None and f.fix.applicability == "safe")
+        unsafe = sum(1 for f in findings if f.fix is not None and f.fix.applicability == "unsafe")
+        out.append(f"Found {n} error{'s' if n != 1 else ''}.")
+        if safe:
+            out.append(f"[*] {safe} fixable with the `--fix` option.")
+        if unsafe:
+            out.append(f"{unsafe} more fix{'es' if unsafe != 1 else ''} available with `--unsafe-fixes`.")
+    else:
+        out.append("All checks passed!")
+    return "\n".join(out) + "\n"
+
+
+def write_statistics(findings) -> str:
+    c = Counter((f.code, f.name) for f in findings)
+    fixable = Counter(f.code for f in findings if f.fix is not None)
+    lines = []
+    for (code, name), n in sorted(c.items(), key=lambda x: (-x[1], x[0])):
+        lines.append(f"{n:5d}\t{code}\t{'[*] ' if fixable[code] else ''}{name}")
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
+def _json_obj(f: Finding) -> dict:
+    d = {
+        "code": f.code,
+        "name": f.name,
+        "message": f.message,
+        "severity": f.severity,
+        "filename": os.path.abspath(f.path),
+        "location": {"row": f.line, "column": f.column + 1},
+        "end_location": {"row": f.span.end.line, "column": f.span.end.column + 1},
+        "fix": f.fix.to_dict() if f.fix else None,
+        "url": all_rules()[f.code].url() if f.code in all_rules() else None,
+        "noqa_row": f.line,
+    }
+    if f.cell is not None:
+        d["cell"] = f.cell
+    if f.related:
+        d["related"] = [{"filename": r.path, "row": r.line, "message": r.message} for r in f.related]
+    if f.dynamic is not None:
+        d["dynamic"] = f.dynamic
+    return d
+
+
+def write_json(findings, **_) -> str:
+    return json.dumps([_json_obj(f) for f in findings], indent=2, ensure_ascii=False) + "\n"
+
+
+def write_json_lines(findings, **_) -> str:
+    return "".join(json.dumps(_json_obj(f), ensure_ascii=False) + "\n" for f in findings)
+
+
+def _gh_escape_data(s: str) -> str:
+    return s.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _gh_escape_prop(s: str) -> str:
+    return _gh_escape_data(s).replace(":", "%3A").replace(",", "%2C")
+
+
+def write_github(findings, **_) -> str:
+    out = []
+    for f in findings:
+        level = "error" if f.severity == "error" else "warning"
+        msg = f.message + (f" [dynamic: {f.dynamic.get('verdict')}: {f.dynamic.get('evidence','')}]" if f.dynamic else "")
+        out.append(
+            f"::{level} file={_gh_escape_prop(f.path)},line={f.line},col={f.column + 1},"
+            f"endLine={f.span.end.line},endColumn={f.span.end.column + 1},"
+            f"title={_gh_escape_prop(f'torchlint ({f.code})')}::{_gh_escape_data(f'{f.code} {msg}')}"
+        )
+    return "\n".join(out) + ("\n" if out else "")
+
+
+def _uri(path: str, root: str) -> str:
+    rel = os.path.relpath(os.path.abspath(path), root)
+    if rel.startswith(".."):
+        return "file://" + os.path.abspath(path)
+    return rel.replace(os.sep, "/")
+
+
+def write_sarif(findings, root=".", **_) -> str:
+    from .. import __version__
+
+    rules = all_rules()
+    used = sorted({f.code for f in findings} | set(rules))
+    index = {c: i for i, c in enumerate(used)}
+    driver_rules = []
+    for c in used:
+        r = rules[c]
+        driver_rules.append({
+            "id": c,
+            "name": r.name,
+            "shortDescription": {"text": r.summary},
+            "fullDescription": {"text": r.why or r.summary},
+            "helpUri": r.url(),
+            "help": {"text": r.why or r.summary, "markdown": f"**{r.summary}**\n\n{r.why}"},
+            "defaultConfiguration": {"level": "error" if r.severity == "error" else "warning"},
+            "properties": {"tags": ["pytorch", "correctness"]},
+        })
+    results = []
+    for f in findings:
+        region = {"startLine": f.line, "startColumn": f.column + 1,
+                  "endLine": f.span.end.line, "endColumn": f.span.end.column + 1}
+        res = {
+            "ruleId": f.code,
+            "ruleIndex": index[f.code],
+            "level": "error" if f.severity == "error" else "warning",
+            "message": {"text": f.message},
+            "locations": [{"physicalLocation": {
+                "artifactLocation": {"uri": _uri(f.path, root), "uriBaseId": "%SRCROOT%"},
+                "region": region}}],
+            "partialFingerprints": {"torchlint/v1": f.fingerprint or f"{f.code}:{f.line}"},
+        }
+        if f.cell is not None:
+            res["properties"] = {"cell": f.cell}
+        if f.related:
+            res["relatedLocations"] = [
+                {"id": i, "message": {"text": r.message}, "physicalLocation": {
+                    "artifactLocation": {"uri": _uri(r.path, root), "uriBaseId": "%SRCROOT%"},
+                    "region": {"startLine": max(r.line, 1)}}}
+                for i, r in enumerate(f.related)]
+        if f.dynamic:
+            res.setdefault("properties", {})["dynamic"] = f.dynamic
+        results.append(res)
+    doc = {
+        "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
+        "version": "2.1.0",
+        "runs": [{
+            "tool": {"driver": {"name": "torchlint", "version": __version__,
+                                "informationUri": "https://github.com/torchlint/torchlint",
+                                "rules": driver_rules}},
+            "originalUriBaseIds": {"%SRCROOT%": {"uri": "file://" + os.path.abspath(root).rstrip("/") + "/"}},
+            "results": results,
+        }],
+    }
+    return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+
+
+def lsp_diagnostic(f: Finding, text_lines=None) -> dict:
+    """An LSP Diagnostic: 0-based lines, UTF-16 columns."""
+    def col(line, c):
+        if text_lines is not None and 0 < line <= len(text_lines):
+            return _utf16_col(text_lines[line - 1], c)
+        return c
+
+    rules = all_rules()
+    d = {
+        "range": {
+            "start": {"line": f.line - 1, "character": col(f.line, f.column)},
+            "end": {"line": f.span.end.line - 1, "character": col(f.span.end.line, f.span.end.column)},
+        },
+        "severity": 1 if f.severity == "error" else 2,
+        "code": f.code,
+        "codeDescription": {"href": rules[f.code].url() if f.code in rules else ""},
+        "source": "torchlint",
+        "message": f.message,
+        "data": {"fix": f.fix.to_dict() if f.fix else None, "name": f.name},
+    }
+    if f.dynamic:
+        d["data"]["dynamic"] = f.dynamic
+    return d
+
+
+def write_lsp(findings, texts=None, **_) -> str:
+    out: dict = {}
+    for f in findings:
+        lines = None
+        if texts is not None:
+            lines = texts.get(f.path)
+        if lines is None:
+            try:
+                with open(f.path, encoding="utf-8", errors="replace") as fh:
+                    lines = fh.read().splitlines()
+            except OSError:
+                lines = None
+            if texts is not None:
+                texts[f.path] = lines
+        uri = "file://" + os.path.abspath(f.path)
+        out.setdefault(uri, []).append(lsp_diagnostic(f, lines))
+    return json.dumps(out, indent=2, ensure_ascii=False) + "\n"
+
+
+WRITERS = {
+    "text": write_text,
+    "concise": write_text,
+    "json": write_json,
+    "json-lines": write_json_lines,
+    "github": write_github,
+    "sarif": write_sarif,
+    "lsp": write_lsp,
+}

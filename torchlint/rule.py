@@ -1,0 +1,105 @@
+"""The rule base class, the registry, and what a rule reports.
+
+A rule is metadata (its public docs page is built from it) plus a short ``check`` that
+queries the module's semantic model and yields :class:`Report` objects.  The engine turns
+reports into findings, computing positions only for the reported nodes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, ClassVar, Iterable, Optional
+
+import libcst as cst
+
+from .findings import Related
+
+DOCS_URL = "https://github.com/torchlint/torchlint/blob/main/docs/rules/{code}.md"
+
+
+@dataclass
+class Report:
+    node: cst.CSTNode
+    message: str
+    # a function (ModuleModel) -> Fix, called only when the finding is kept
+    fix: Optional[Callable] = None
+    related: tuple = ()  # of Related
+    scope: str = ""
+
+
+class Rule:
+    code: ClassVar[str] = ""
+    name: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+    why: ClassVar[str] = ""
+    example: ClassVar[str] = ""
+    use_instead: ClassVar[str] = ""
+    known_problems: ClassVar[str] = ""
+    fix_safety: ClassVar[Optional[str]] = None  # None, "safe" or "unsafe"
+    fix_doc: ClassVar[str] = ""
+    options: ClassVar[str] = ""
+    references: ClassVar[tuple] = ()
+    severity: ClassVar[str] = "error"
+    # byte strings one of which must occur in a file for the rule to possibly fire
+    triggers: ClassVar[tuple] = ()
+
+    def __init__(self, settings: Optional[dict] = None):
+        self.settings = settings or {}
+
+    def check(self, mm) -> Iterable[Report]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    @classmethod
+    def url(cls) -> str:
+        return DOCS_URL.format(code=cls.code)
+
+
+class _Meta(Rule):
+    """Findings the engine itself makes (they have docs pages like every rule)."""
+
+    def check(self, mm):
+        return ()
+
+
+class SyntaxErrorRule(_Meta):
+    code = "TL001"
+    name = "syntax-error"
+    summary = "The file could not be parsed."
+    why = ("torchlint can only analyse code it can parse. A file with a syntax error is "
+           "reported once, at the error, and the other files are still linted.")
+    example = "def train(:\n    pass\n"
+    use_instead = "def train():\n    pass\n"
+
+
+class InternalErrorRule(_Meta):
+    code = "TL000"
+    name = "internal-error"
+    summary = "A rule failed on this file (a bug in torchlint)."
+    why = ("An exception inside one rule must not stop the run or hide the other rules' "
+           "findings, so it is reported as a finding naming the rule, and the run exits with "
+           "status 2. Please report it with the file that triggers it.")
+    example = ""
+    use_instead = ""
+
+
+class UnusedNoqaRule(_Meta):
+    code = "TL002"
+    name = "unused-noqa"
+    summary = "A `# noqa: TLxxx` comment suppresses nothing."
+    why = ("Suppression comments that no longer match a finding hide future findings on the "
+           "same line and mislead readers. Remove them.")
+    example = "loss.backward()  # noqa: TL104\n"
+    use_instead = "loss.backward()\n"
+    fix_safety = "safe"
+    fix_doc = "Removes the unused code from the comment (the whole comment when none is left)."
+
+
+def all_rules() -> dict:
+    """code -> Rule class, for every rule shipped (engine meta rules included)."""
+    from . import rules as _rules  # noqa: F401  (importing registers the families)
+
+    out = {}
+    for cls in (InternalErrorRule, SyntaxErrorRule, UnusedNoqaRule):
+        out[cls.code] = cls
+    for cls in _rules.RULES:
+        out[cls.code] = cls
+    return dict(sorted(out.items()))

@@ -1,0 +1,134 @@
+"""Glue between the CLI and the pipeline: discover, lint, fix, filter, report, exit code."""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Optional
+
+import click
+
+from .cache import Cache
+from .discover import discover
+from .engine import LintOptions, run
+from .findings import Finding
+from .output import WRITERS, write_statistics
+from .selection import enabled_codes
+
+EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+
+
+class Runner:
+    def __init__(self, cfg, select, ignore, extend_select, jobs=None, cache: Optional[str] = None,
+                 verbose=False, progress=True):
+        self.cfg = cfg
+        self.enabled = frozenset(enabled_codes(select, ignore, extend_select))
+        self.opts = LintOptions(self.enabled, cfg.rule_settings(), cfg.per_file_ignores, cfg.root)
+        self.jobs = jobs if jobs else (os.cpu_count() or 1)
+        self.cache = Cache(cache) if cache else None
+        self.verbose = verbose
+        self.progress = progress
+        self.had_error = False
+
+    def files(self, paths):
+        d = discover(paths, exclude=list(self.cfg.exclude) + list(self.cfg.extend_exclude),
+                     respect_gitignore=self.cfg.respect_gitignore, follow_symlinks=self.cfg.follow_symlinks)
+        for p, msg in d.errors:
+            click.echo(f"torchlint: error: {p}: {msg}", err=True)
+            self.had_error = True
+        return d.files
+
+    def lint(self, files) -> list:
+        results = run(files, self.opts, jobs=self.jobs, cache=self.cache)
+        findings = []
+        for r in results:
+            if r.error:
+                click.echo(f"torchlint: error: {r.error}", err=True)
+                self.had_error = True
+            if r.internal_error:
+                self.had_error = True
+            findings.extend(r.findings)
+        findings.sort(key=Finding.sort_key)
+        return findings
+
+    def main(self, paths, output_format="text", output_file=None, statistics=False, exit_zero=False,
+             quiet=False, fix=False, unsafe_fixes=False, diff=False, show_fixes=False, baseline=None,
+             write_baseline=None, add_noqa=False, changed_since=None, color=None, dynamic=False,
+             device="cpu", entry=None, steps=3, timeout=120.0) -> int:
+        if changed_since:
+            from .vcs import changed_files
+
+            try:
+                files = changed_files(self.files(paths), changed_since, self)
+            except Exception as exc:
+                click.echo(f"torchlint: error: --changed-since {changed_since}: {exc}", err=True)
+                return EXIT_ERROR
+        else:
+            files = self.files(paths)
+        if fix or diff:
+            from .fixer import fix_files
+
+            fixed_report = fix_files(self, files, unsafe=unsafe_fixes, diff=diff, show=show_fixes)
+            if diff:
+                return EXIT_FINDINGS if fixed_report.changed else (EXIT_ERROR if self.had_error else EXIT_OK)
+        findings = self.lint(files)
+        if not unsafe_fixes:
+            pass
+        if add_noqa:
+            from .fixer import add_noqa as _add_noqa
+
+            n = _add_noqa(findings)
+            click.echo(f"Added {n} noqa directive{'s' if n != 1 else ''}.", err=True)
+            return EXIT_ERROR if self.had_error else EXIT_OK
+        if write_baseline:
+            from .baseline import write as _write_baseline
+
+            _write_baseline(write_baseline, findings)
+            click.echo(f"Wrote a baseline of {len(findings)} finding(s) to {write_baseline}.", err=True)
+            return EXIT_ERROR if self.had_error else EXIT_OK
+        if baseline:
+            from .baseline import BaselineError, filter_new
+
+            try:
+                findings = filter_new(baseline, findings)
+            except BaselineError as exc:
+                click.echo(f"torchlint: error: {exc}", err=True)
+                return EXIT_ERROR
+        if dynamic:
+            try:
+                from .dynamic import confirm_findings
+            except ImportError as exc:
+                click.echo(f"torchlint: error: the dynamic mode is unavailable: {exc}", err=True)
+                return EXIT_ERROR
+            confirm_findings(findings, files, device=device, entry=entry, steps=steps, timeout=timeout)
+        out = self.render(findings, output_format, statistics, quiet, color, output_file, unsafe_fixes)
+        if output_file:
+            import tempfile
+
+            d = os.path.dirname(os.path.abspath(output_file))
+            fd, tmp = tempfile.mkstemp(dir=d, prefix=".torchlint-")
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(out)
+            os.replace(tmp, output_file)
+        else:
+            click.echo(out, nl=False)
+        if self.had_error:
+            return EXIT_ERROR
+        if findings and not exit_zero:
+            return EXIT_FINDINGS
+        return EXIT_OK
+
+    def render(self, findings, fmt, statistics, quiet, color, output_file, unsafe_fixes) -> str:
+        if statistics and fmt in ("text", "concise"):
+            return write_statistics(findings)
+        if fmt in ("text", "concise"):
+            if color is None:
+                color = sys.stdout.isatty() and not os.environ.get("NO_COLOR") and not output_file
+            elif os.environ.get("NO_COLOR"):
+                color = False
+            out = WRITERS["text"](findings, color=color)
+            if quiet:
+                out = "".join(line + "\n" for line in out.splitlines() if ": TL" in line or line.startswith("    "))
+            return out
+        if fmt == "sarif":
+            return WRITERS["sarif"](findings, root=self.cfg.root if self.cfg.path else os.getcwd())
+        return WRITERS[fmt](findings)
