@@ -1,22 +1,28 @@
 """Loop order: the optimizer must step after backward, on gradients nobody cleared in between."""
 from __future__ import annotations
 
-from torchlint.model.ir import BACKWARD, CLEAR, SCHED_STEP, STEP, CallOp
+from torchlint.model import catalog
+from torchlint.model.flow import norm_path
+from torchlint.model.ir import BACKWARD, CALL, CLEAR, SCHED_STEP, STEP, CallOp, LoopOp, walk
 from torchlint.model.queries import (
-    analysable_functions, clears, guards_inside, is_accumulation_test, is_kind, iteration,
-    manual_update, optimizer_paths, within,
+    analysable_functions, clear_covers, clears, first_direct, guards_inside, is_accumulation_test,
+    is_kind, iteration, local_function, manual_update, optimizer_owners_text, optimizer_paths,
+    passes_as_argument,
 )
-from torchlint.model.ir import walk
 from torchlint.rule import Report, Rule
 
 from . import register
 
 
-def _steps(mm):
+def _steps(mm, in_loops_only=True):
     for fn in analysable_functions(mm):
         for op in walk(fn.body):
-            if isinstance(op, CallOp) and op.kind == STEP and op.loop is not None:
+            if isinstance(op, CallOp) and op.kind == STEP and (op.loop is not None or not in_loops_only):
                 yield fn, op
+
+
+def _line(mm, op) -> int:
+    return mm.line_of(op.node)
 
 
 @register
@@ -50,19 +56,24 @@ for x, y in loader:
     triggers = (b".step(",)
 
     def check(self, mm):
-        for fn, op in _steps(mm):
+        # a step in a loop, or in a step function (called once per iteration) without a loop
+        for fn, op in _steps(mm, in_loops_only=False):
             if op.closure is not None:
                 continue
-            seq = iteration(mm, fn, op.loop.body)
+            seq = iteration(mm, fn, op.loop.body if op.loop is not None else fn.body)
             i = seq.index(op)
             if any(is_kind(mm, o, BACKWARD) for o in seq[:i]):
                 continue
-            if any(is_kind(mm, o, BACKWARD) for o in seq[i + 1:]):
-                yield Report(op.node, f"`{_src(op)}` runs before `backward()` in this "
-                             "iteration, so it applies the previous batch's gradients", scope=fn.qualname)
+            later = next((o for o in seq[i + 1:] if is_kind(mm, o, BACKWARD)), None)
+            if later is not None:
+                where = "this iteration" if op.loop is not None else f"`{fn.name}()`"
+                yield Report(op.node, f"`{_src(op)}` runs before the `backward()` at line {_line(mm, later)} "
+                             f"in {where}, so it applies the previous batch's gradients", scope=fn.qualname)
 
 
 def _src(op) -> str:
+    if op.recv and op.target and norm_path(op.recv) != norm_path(op.target):
+        return f"{op.recv}.step({op.target})"  # scaler.step(optimizer)
     return f"{op.recv}.step()" if op.recv else "step()"
 
 
@@ -112,38 +123,56 @@ for i, (x, y) in enumerate(loader):
             last_bwd = max((j for j in range(i) if is_kind(mm, seq[j], BACKWARD)), default=None)
             if last_bwd is not None:
                 for c in seq[last_bwd + 1:i]:
-                    if clears(mm, c) and _clears_optimizer(c, op, n_opts) and id(c) not in reported:
+                    if clears(mm, c) and clear_covers(mm, fn, c, op, True, n_opts) and id(c) not in reported:
                         reported.add(id(c))
-                        yield Report(c.node, f"gradients are cleared after `backward()` and before "
-                                     f"`{_src(op)}`, so the step applies zeros", scope=fn.qualname)
-                continue
+                        yield Report(c.node, f"gradients are cleared after the `backward()` at line "
+                                     f"{_line(mm, seq[last_bwd])} and before `{_src(op)}` at line "
+                                     f"{_line(mm, op)}, so the step applies zeros",
+                                     fix=_move_clear(fn, c, _first_backward(mm, seq, i)), scope=fn.qualname)
             # gradient accumulation: clear every iteration, step every k
             step_guards = guards_inside(op, loop)
-            if not step_guards or not any(is_accumulation_test(br.test) for br, _ in step_guards):
+            acc = next((br for br, _ in step_guards if is_accumulation_test(br.test)), None)
+            if acc is None:
                 continue
             bwds = [o for o in seq if is_kind(mm, o, BACKWARD) and o.loop is loop and not guards_inside(o, loop)]
             if not bwds:
                 continue
             for c in seq:
                 if clears(mm, c) and getattr(c, "loop", None) is loop and not guards_inside(c, loop) \
-                        and _clears_optimizer(c, op, n_opts) and id(c) not in reported:
+                        and clear_covers(mm, fn, c, op, True, n_opts) and id(c) not in reported:
                     reported.add(id(c))
                     yield Report(c.node, "gradients are cleared every iteration but "
-                                 f"`{_src(op)}` runs only every few iterations, so gradients never "
-                                 "accumulate; clear them after the step instead", scope=fn.qualname)
+                                 f"`{_src(op)}` runs only under the accumulation condition at line "
+                                 f"{mm.line_of(acc.node)}, so gradients never accumulate; clear them after "
+                                 "the step instead", fix=_move_clear(fn, c, op, after=True), scope=fn.qualname)
 
 
-def _clears_optimizer(c, step, n_opts: int) -> bool:
-    if not isinstance(c, CallOp) or c.kind != CLEAR:
-        return n_opts <= 1
-    if c.target == step.target:
-        return True
-    from torchlint.model import catalog
-    # model.zero_grad() clears whatever optimizer owns its parameters; with several
-    # optimizers (GANs) only a same-named pair is trusted.
-    if catalog.role_from_name(c.target or "") == catalog.OPTIMIZER:
-        return False
-    return n_opts <= 1
+def _first_backward(mm, seq, i):
+    """The first backward of the gradients ``seq[i]`` (a step) applies: after the previous step."""
+    start = max((j + 1 for j in range(i) if is_kind(mm, seq[j], STEP)), default=0)
+    return next((o for o in seq[start:i] if is_kind(mm, o, BACKWARD)), None)
+
+
+def _move_clear(fn, clear, anchor, after: bool = False):
+    """Fix (TL102): move the clearing statement before ``anchor``'s statement (or after it)."""
+    def make(mm):
+        from torchlint.fixes import move_statement, simple_statement
+
+        if anchor is None or not isinstance(clear, CallOp) or clear.kind != CLEAR:
+            return None
+        own = {id(o) for o in walk(fn.body)}
+        if id(clear) not in own or id(anchor) not in own:
+            return None  # in a closure or a helper: moving it would change other code
+        if anchor.loop is not clear.loop:
+            return None  # another loop level: the move would change how often it clears
+        stmt = simple_statement(clear)
+        target = simple_statement(anchor) if after else anchor.stmt
+        if stmt is None or target is None:
+            return None
+        code = mm.code_for(clear.node).strip()
+        where = "after `" + (anchor.func or "step") + "()`" if after else "before `backward()`"
+        return move_statement(mm, stmt, target, f"Move `{code}` {where}", "unsafe", after=after)
+    return make
 
 
 @register
@@ -181,7 +210,20 @@ for x, y in loader:
             seq = iteration(mm, fn, loop.body)
             if not any(is_kind(mm, o, BACKWARD) for o in seq):
                 continue
-            if any(clears(mm, o) for o in seq):
+            stepped = frozenset(norm_path(o.target) for o in seq
+                                if isinstance(o, CallOp) and o.kind == STEP and o.target)
+            all_clears = [o for o in seq if clears(mm, o)]
+            if any(clear_covers(mm, fn, o, op, False, stepped=stepped) for o in all_clears):
+                continue
+            if all_clears:
+                c = all_clears[0]
+                what = f"`{c.target}.zero_grad()`" if isinstance(c, CallOp) and c.kind == CLEAR else "the clearing"
+                owners = optimizer_owners_text(mm, fn, op)
+                detail = (f"{what} at line {_line(mm, c)} does not clear the gradients "
+                          f"`{op.target}` applies" + (f" (it updates {owners})" if owners else ""))
+                yield Report(op.node, f"`{_src(op)}` runs in a loop that never clears its gradients: "
+                             f"{detail}, so they accumulate across iterations",
+                             fix=_insert_zero_grad(op), scope=fn.qualname)
                 continue
             yield Report(op.node, f"`{_src(op)}` runs in a loop that never clears gradients, so "
                          "they accumulate across iterations", fix=_insert_zero_grad(op), scope=fn.qualname)
@@ -189,9 +231,15 @@ for x, y in loader:
 
 def _insert_zero_grad(op):
     def make(mm):
-        from torchlint.fixes import insert_first_in_loop
+        from torchlint.fixes import insert_after_stmt, insert_first_in_loop, simple_statement
 
         target = op.target or "optimizer"
+        if guards_inside(op, op.loop):
+            # stepped only sometimes (gradient accumulation): clear right after the step
+            if simple_statement(op) is None:
+                return None
+            return insert_after_stmt(mm, op, f"{target}.zero_grad()",
+                                     f"Insert `{target}.zero_grad()` after `{_src(op)}`", "unsafe")
         return insert_first_in_loop(mm, op.loop, f"{target}.zero_grad()",
                                     f"Insert `{target}.zero_grad()` at the start of the loop", "unsafe")
     return make
@@ -225,18 +273,65 @@ for x, y in loader:
     triggers = (b".backward(",)
 
     def check(self, mm):
+        reported = set()
         for fn in analysable_functions(mm):
-            bwds = [o for o in walk(fn.body) if isinstance(o, CallOp) and o.kind == BACKWARD and o.loop is not None]
-            if not bwds:
-                continue
-            if any(is_kind(mm, o, STEP) for o in iteration(mm, fn, fn.body)):
-                continue
-            if manual_update(fn) or not optimizer_paths(mm, fn):
-                continue
             if mm.is_lightning(fn):
                 continue
-            yield Report(bwds[0].node, "`backward()` computes gradients in this loop but no optimizer "
-                         "steps, so the weights never change", scope=fn.qualname)
+            whole = iteration(mm, fn, fn.body)
+            if any(is_kind(mm, o, STEP) for o in whole):
+                yield from self._unstepped_optimizers(mm, fn, whole, reported)
+                continue
+            if manual_update(fn):
+                continue
+            for loop in (o for o in walk(fn.body) if isinstance(o, LoopOp) and o.parent is None):
+                seq = iteration(mm, fn, loop.body)
+                bwd = next((o for o in seq if is_kind(mm, o, BACKWARD)), None)
+                if bwd is None:
+                    continue
+                node, via = bwd.node, ""
+                helper = local_function(bwd.info) if bwd.kind == CALL else None
+                if helper is not None:
+                    if manual_update(helper):
+                        continue
+                    inner = first_direct(helper, BACKWARD)
+                    if inner is not None:
+                        node = inner.node
+                        via = f" (`{helper.name}()`, called in the loop at line {_line(mm, bwd)})"
+                    if not (optimizer_paths(mm, fn) or optimizer_paths(mm, helper)):
+                        continue
+                elif not optimizer_paths(mm, fn):
+                    continue
+                if id(node) in reported:
+                    continue
+                reported.add(id(node))
+                yield Report(node, f"`backward()` computes gradients in this training loop{via} but no "
+                             "optimizer `step()` runs, so the weights never change", scope=fn.qualname)
+
+    @staticmethod
+    def _unstepped_optimizers(mm, fn, whole, reported):
+        """An optimizer whose gradients are cleared for a backward but which never steps (GANs)."""
+        targets = [o.target for o in whole if isinstance(o, CallOp) and o.kind == STEP]
+        if any(t is None for t in targets) or any(
+                isinstance(o, CallOp) and o.kind == CALL and is_kind(mm, o, STEP) for o in whole):
+            return
+        stepped = {norm_path(t) for t in targets}
+        for loop in (o for o in walk(fn.body) if isinstance(o, LoopOp)):
+            seq = iteration(mm, fn, loop.body)
+            for i, c in enumerate(seq):
+                if not (isinstance(c, CallOp) and c.kind == CLEAR and c.loop is loop and c.target):
+                    continue
+                t = norm_path(c.target)
+                if t in stepped or mm.resolver.of_path(fn, t)[0] != catalog.OPTIMIZER:
+                    continue
+                if passes_as_argument(fn, t):
+                    continue
+                bwd = next((o for o in seq[i + 1:] if isinstance(o, CallOp) and o.kind == BACKWARD), None)
+                if bwd is None or id(bwd.node) in reported:
+                    continue
+                reported.add(id(bwd.node))
+                yield Report(bwd.node, f"`backward()` computes gradients for `{c.target}` (cleared at line "
+                             f"{_line(mm, c)}) but `{c.target}.step()` never runs, so those weights never "
+                             "change", scope=fn.qualname)
 
 
 @register
@@ -267,14 +362,31 @@ for epoch in range(epochs):
     triggers = (b".step(",)
 
     def check(self, mm):
+        reported = set()
         for fn in analysable_functions(mm):
             for op in walk(fn.body):
-                if not (isinstance(op, CallOp) and op.kind == SCHED_STEP and op.loop is not None):
+                if not (isinstance(op, CallOp) and op.loop is not None):
+                    continue
+                node, what = op.node, f"`{op.recv}.step()`"
+                if op.kind == SCHED_STEP:
+                    pass
+                elif op.kind == CALL and is_kind(mm, op, SCHED_STEP) and not is_kind(mm, op, STEP):
+                    helper = local_function(op.info)
+                    inner = first_direct(helper, SCHED_STEP) if helper is not None else None
+                    if inner is not None:
+                        node = inner.node
+                        what = f"`{inner.recv}.step()` in `{helper.name}()` (called at line {_line(mm, op)})"
+                    else:
+                        what = f"the scheduler step in `{op.func}()`"
+                else:
                     continue
                 seq = iteration(mm, fn, op.loop.body)
                 i = seq.index(op)
                 if any(is_kind(mm, o, STEP) for o in seq[:i]):
                     continue
-                if any(is_kind(mm, o, STEP) for o in seq[i + 1:]):
-                    yield Report(op.node, f"`{op.recv}.step()` runs before the optimizer's `step()` in "
-                                 "this iteration; step the scheduler after the optimizer", scope=fn.qualname)
+                later = next((o for o in seq[i + 1:] if is_kind(mm, o, STEP)), None)
+                if later is not None and id(node) not in reported:
+                    reported.add(id(node))
+                    step_txt = f"`{_src(later)}`" if later.kind == STEP else f"the optimizer step in `{later.func}()`"
+                    yield Report(node, f"{what} runs before {step_txt} (line {_line(mm, later)}) in this "
+                                 "iteration; step the scheduler after the optimizer", scope=fn.qualname)

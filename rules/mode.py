@@ -3,8 +3,10 @@ from __future__ import annotations
 
 from torchlint.findings import Related
 from torchlint.model.flow import ENTRY, norm_path
-from torchlint.model.ir import BACKWARD, CALL, FORWARD, GRAD_OFF, GRAD_ON, LoopOp, CallOp, walk
-from torchlint.model.queries import analysable_functions, trains, uses_autograd
+from torchlint.model.ir import BACKWARD, CALL, FORWARD, GRAD_OFF, GRAD_ON, STEP, LoopOp, CallOp, walk
+from torchlint.model.queries import (
+    analysable_functions, is_kind, iteration, steps_or_updates, trains, uses_autograd, within,
+)
 from torchlint.model.roles import is_eval_name
 from torchlint.rule import Report, Rule
 
@@ -21,12 +23,33 @@ def _origin_text(mm, origin) -> str:
 
 
 def _in_training(mm, op) -> bool:
+    """The innermost loop around ``op`` runs backward: ``op`` is part of a training step (a
+    teacher's forward under no_grad), not evaluation.  A validation loop nested in the epoch
+    loop is not part of the training step even though the epoch loop trains."""
+    return op.loop is not None and trains(mm, op.loop.body)
+
+
+def _feeds_backward(mm, fn, loop) -> bool:
+    """A backward follows ``loop`` in the enclosing iteration (or the function): the loop's
+    forwards build graphs on purpose (micro-steps, unrolled sequences)."""
+    outer = loop.parent.body if loop.parent is not None else fn.body
+    seq = iteration(mm, fn, outer)
+    if loop not in seq:
+        return False
+    after = [o for o in seq[seq.index(loop) + 1:] if not within(o, loop) and o is not loop]
+    return any(is_kind(mm, o, BACKWARD) for o in after)
+
+
+def _in_update_loop(mm, fn, op) -> bool:
+    """``op`` is in a loop that trains weights: backward there and an optimizer step (or a
+    manual update) in the function, directly or through helpers.  A loop that only runs
+    backward for input gradients (saliency maps, adversarial examples) is not training."""
     lp = op.loop
-    while lp is not None:
-        if trains(mm, lp.body):
-            return True
-        lp = lp.parent
-    return False
+    if lp is None:
+        return False
+    if not (trains(mm, lp.body) or _feeds_backward(mm, fn, lp)):
+        return False  # e.g. a validation loop nested in the epoch loop
+    return steps_or_updates(mm, fn)
 
 
 def _eval_context(mm, fn, op) -> bool:
@@ -167,18 +190,24 @@ for epoch in range(epochs):
             for op in walk(fn.body):
                 if not isinstance(op, CallOp):
                     continue
-                if op.kind == FORWARD and op.target and op.grad != GRAD_OFF and _in_training(mm, op):
+                if op.kind == FORWARD and op.target and op.grad != GRAD_OFF and _in_update_loop(mm, fn, op):
                     t = norm_path(op.target)
+                    if mm.resolver.frozen(fn, t):
+                        continue  # a frozen feature extractor is meant to stay in eval mode
                     modes = flow.at.get(id(op), frozenset())
                     ev = [o for m, o in modes if m == "eval"]
                     if ev and t not in seen:
                         seen.add(t)
                         yield Report(op.node, f"`{op.target}` is trained here but may be in eval mode: "
                                      f"{_origin_text(mm, ev[0])} switches it to eval mode and nothing "
-                                     f"switches it back before this training step", fix=_insert_train(fn, op, t),
+                                     f"switches it back before this training step",
+                                     fix=_insert_train(fn, op, t, ev[0]),
                                      scope=fn.qualname)
                 elif op.kind == CALL and op.grad != GRAD_OFF:
                     s, paths = _callee_key_paths(mm, fn, op, "trains_in_entry")
+                    if s and not s.get("step") and not (
+                            op.loop is not None and any(is_kind(mm, o, STEP) for o in iteration(mm, fn, op.loop.body))):
+                        continue  # runs backward but nothing here steps: not a training step
                     at = flow.at_args.get(id(op), {})
                     for key, path in paths.items():
                         ev = [o for m, o in at.get(key, ()) if m == "eval"]
@@ -188,14 +217,48 @@ for epoch in range(epochs):
                                          f"and {_origin_text(mm, ev[0])} switches it to eval mode and nothing "
                                          "switches it back before this call",
                                          related=(Related(s["path"], s["line"], f"`{s['name']}()` is defined here"),),
-                                         fix=_insert_train(fn, op, norm_path(path)), scope=fn.qualname)
+                                         fix=_insert_train(fn, op, norm_path(path), ev[0]), scope=fn.qualname)
 
 
-def _insert_train(fn, op, target):
+def _insert_train(fn, op, target, origin=None):
+    """Fix: `model.train()` at the start of the innermost loop around both the training step
+    and what switched the model to eval mode (the epoch loop, typically); before the training
+    loop when the switch happened before it."""
     def make(mm):
-        from torchlint.fixes import insert_before_stmt
+        from torchlint.fixes import insert_before_stmt, insert_first_in_loop
+        from torchlint.model.ir import MODE
 
-        return insert_before_stmt(mm, op, f"{target}.train()", f"Insert `{target}.train()`", "unsafe")
+        code, msg = f"{target}.train()", f"Insert `{target}.train()`"
+        node = origin[1] if isinstance(origin, tuple) and len(origin) == 2 else None
+        where = None
+        if node is not None:
+            try:
+                ol = mm.span_of(node)[0]
+            except Exception:
+                ol = None
+            lp = op.loop
+            while lp is not None and ol is not None:
+                sl, _, el, _ = mm.span_of(lp.node)
+                if sl <= ol <= el:
+                    where = lp
+                    break
+                lp = lp.parent
+        if where is None and op.loop is not None:
+            # switched in a helper: the innermost loop that calls a helper of the tree or evals
+            lp = op.loop
+            while lp is not None and where is None:
+                if any(isinstance(o, CallOp) and o is not op and (o.kind == CALL or (o.kind == MODE and o.info == "eval"))
+                       for o in walk(lp.body)):
+                    where = lp
+                lp = lp.parent
+        if where is not None:
+            return insert_first_in_loop(mm, where, code, msg + " at the start of the loop", "unsafe")
+        lp = op.loop
+        while lp is not None and lp.parent is not None:
+            lp = lp.parent
+        if lp is not None:
+            return insert_before_stmt(mm, lp, code, msg + " before the training loop", "unsafe")
+        return insert_before_stmt(mm, op, code, msg, "unsafe")
     return make
 
 
@@ -240,7 +303,7 @@ with torch.no_grad():
                     continue
                 if any(o.grad in (GRAD_OFF, "?") for o in fwds) or loop.grad in (GRAD_OFF, "?"):
                     continue
-                if _in_training(mm, loop):
+                if _feeds_backward(mm, fn, loop):
                     continue
                 modes = set()
                 for o in fwds:

@@ -68,6 +68,7 @@ def _codes(values):
 @click.option("--write-baseline", type=click.Path(dir_okay=False), help="Record the current findings as a baseline.")
 @click.option("--add-noqa", is_flag=True, help="Add `# noqa: TLxxx` for every current finding.")
 @click.option("--changed-since", metavar="REV", help="Lint files changed since a git revision, and their dependents.")
+@click.option("--force-exclude", is_flag=True, help="Apply exclusions to paths named on the command line too.")
 @click.option("--no-progress", is_flag=True, help="Never show a progress bar.")
 @click.option("--color/--no-color", default=None, help="Colourise text output (default: when a terminal).")
 @click.option("--dynamic", is_flag=True, help="After the static run, confirm findings by running code (opt-in).")
@@ -77,7 +78,7 @@ def _codes(values):
 @click.option("--timeout", default=120.0, show_default=True, help="Dynamic mode: seconds before the child is killed.")
 def check(paths, select, ignore, extend_select, output_format, output_file, statistics, exit_zero, quiet,
           verbose, config_path, no_cache, cache_dir, jobs, fix, unsafe_fixes, diff, show_fixes, fix_only,
-          baseline, write_baseline, add_noqa, changed_since, no_progress, color, dynamic, device, entry,
+          baseline, write_baseline, add_noqa, changed_since, force_exclude, no_progress, color, dynamic, device, entry,
           steps, timeout):
     """Lint PATHS (files or directories; default: the current directory)."""
     try:
@@ -97,7 +98,7 @@ def check(paths, select, ignore, extend_select, output_format, output_file, stat
 
 def _check(paths, select, ignore, extend_select, output_format, output_file, statistics, exit_zero, quiet,
            verbose, config_path, no_cache, cache_dir, jobs, fix, unsafe_fixes, diff, show_fixes, fix_only,
-           baseline, write_baseline, add_noqa, changed_since, no_progress, color, dynamic, device, entry,
+           baseline, write_baseline, add_noqa, changed_since, force_exclude, no_progress, color, dynamic, device, entry,
            steps, timeout) -> int:
     from .config import ConfigError, load_config
     from .runner import Runner
@@ -118,7 +119,8 @@ def _check(paths, select, ignore, extend_select, output_format, output_file, sta
         return EXIT_ERROR
     runner = Runner(cfg, select=sel, ignore=ign, extend_select=ext, jobs=jobs,
                     cache=None if no_cache else (cache_dir or cfg.cache_dir or os.path.join(cfg.root, ".torchlint_cache")),
-                    verbose=verbose, progress=not no_progress and (output_format or "text") in ("text", "concise"))
+                    verbose=verbose, progress=not no_progress and (output_format or "text") in ("text", "concise"),
+                    force_exclude=force_exclude)
     return runner.main(paths, output_format=output_format or "text", output_file=output_file,
                        statistics=statistics, exit_zero=exit_zero, quiet=quiet, fix=fix or fix_only,
                        unsafe_fixes=unsafe_fixes, diff=diff, show_fixes=show_fixes, baseline=baseline,

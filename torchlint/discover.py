@@ -68,7 +68,8 @@ def _excluded(path: str, patterns) -> bool:
     return False
 
 
-def discover(paths, exclude=(), respect_gitignore=True, follow_symlinks=False) -> Discovery:
+def discover(paths, exclude=(), respect_gitignore=True, follow_symlinks=False,
+             force_exclude=False) -> Discovery:
     out = Discovery()
     seen = set()
     roots = [os.path.realpath(p) for p in paths]
@@ -87,7 +88,9 @@ def discover(paths, exclude=(), respect_gitignore=True, follow_symlinks=False) -
             out.errors.append((p, "no such file or directory"))
             continue
         if os.path.isfile(p):
-            add(p)  # always linted when named
+            if force_exclude and _excluded(os.path.relpath(os.path.abspath(p)), exclude):
+                continue
+            add(p)  # always linted when named (unless --force-exclude)
             continue
         if not os.path.isdir(p):
             out.errors.append((p, "not a file or directory"))

@@ -37,6 +37,9 @@ class FileResult:
     classes: dict = field(default_factory=dict)
     queries: list = field(default_factory=list)
     called: list = field(default_factory=list)  # [qualname, under_no_grad]
+    reexports: dict = field(default_factory=dict)  # key.name -> qualified target
+    stars: list = field(default_factory=list)  # keys of star-imported tree modules
+    module: str = ""  # the module key the exports are under
     error: Optional[str] = None  # a message for stderr (unreadable, undecodable, ...)
     internal_error: bool = False
     answers: str = ""  # hash of the project answers the findings depended on
@@ -47,7 +50,8 @@ class FileResult:
             "path": self.path, "findings": [f.to_dict() for f in self.findings],
             "summaries": self.summaries, "classes": self.classes, "queries": self.queries,
             "called": self.called, "error": self.error, "internal_error": self.internal_error,
-            "answers": self.answers,
+            "answers": self.answers, "reexports": self.reexports, "stars": self.stars,
+            "module": self.module,
         }
 
     @classmethod
@@ -57,6 +61,8 @@ class FileResult:
         r.summaries, r.classes, r.queries = d["summaries"], d["classes"], d["queries"]
         r.called, r.error, r.internal_error = d["called"], d["error"], d["internal_error"]
         r.answers = d.get("answers", "")
+        r.reexports, r.stars = d.get("reexports", {}), d.get("stars", [])
+        r.module = d.get("module", "")
         return r
 
 
@@ -112,7 +118,11 @@ def lint_text(path: str, text: str, opts: LintOptions, project: Optional[Project
         for r in active:
             trig.update(r.triggers)
         if not any(t in raw for t in trig):
-            return res
+            # Nothing a rule could find: skip libcst, but still report a file that does not
+            # parse. The stdlib parser is an order of magnitude cheaper; libcst confirms
+            # (it knows newer syntax than the running interpreter may).
+            if "TL001" not in opts.enabled or _compiles(text, path):
+                return res
     if module_name is None:
         module_name, is_package = module_name_for(path)
     try:
@@ -164,12 +174,27 @@ def lint_text(path: str, text: str, opts: LintOptions, project: Optional[Project
         res.summaries = mm.export_summaries()
         res.classes = mm.export_classes()
         res.called = mm.export_calls()
+        res.reexports, res.stars = mm.export_reexports()
+        res.module = mm.module_name
     except Exception as exc:
         if os.environ.get("TORCHLINT_DEBUG"):
             traceback.print_exc()
     res.queries = sorted(mm.external_queries)
     res.findings = _suppress(findings, text, opts, shown)
     return res
+
+
+def _compiles(text: str, path: str) -> bool:
+    import ast
+    import warnings
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ast.parse(text, path)
+        return True
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
 
 
 def _finding(mm, rule, rep) -> Finding:
@@ -254,36 +279,41 @@ def _map(tasks, jobs: int):
 
 
 def build_project_modules(files) -> dict:
-    from .discover import module_name_for
-
-    mods = {}
-    for f in files:
-        if f.endswith((".py", ".pyi")):
-            name, _ = module_name_for(f)
-            mods.setdefault(name, f)
-    return mods
+    """Module key -> file for the tree (keys are dotted names, made unique per import root)."""
+    return ProjectIndex.for_files(files).modules
 
 
 def _answers(project: ProjectIndex, queries) -> str:
+    """A hash of what the project answers to a file's cross-module questions: summaries of
+    functions (re-exports followed), class facts (``class:``), callers (``called:``)."""
     h = hashlib.sha256()
     for q in queries:
         if q.startswith("called:"):
             key = q[len("called:"):]
             h.update(f"{q}={key in project.called}/{key in project.called_under_no_grad}".encode())
+        elif q.startswith("class:"):
+            key = project.resolve(q[len("class:"):])
+            h.update(f"{q}={key}={json.dumps(project.classes.get(key), sort_keys=True)}".encode())
         else:
-            h.update(f"{q}={json.dumps(project.summaries.get(q), sort_keys=True)}".encode())
+            key = project.resolve(q)
+            h.update(f"{q}={key}={json.dumps(project.summaries.get(key), sort_keys=True)}".encode())
     return h.hexdigest()[:16]
 
 
 def _merge(project: ProjectIndex, results) -> None:
     project.summaries.clear()
     project.classes.clear()
+    project.reexports.clear()
+    project.stars.clear()
     project.called.clear()
     project.called_under_no_grad = set()
     counts: dict = {}
     for r in results:
         project.summaries.update(r.summaries)
         project.classes.update(r.classes)
+        project.reexports.update(r.reexports)
+        if r.stars and r.module:
+            project.stars[r.module] = list(r.stars)
         for q, off in r.called:
             project.called.add(q)
             counts.setdefault(q, []).append(off)
@@ -292,7 +322,7 @@ def _merge(project: ProjectIndex, results) -> None:
 
 def run(files, opts: LintOptions, jobs: int = 1, cache=None) -> list:
     """Lint ``files``; returns FileResults in the order of ``files``."""
-    project = ProjectIndex(modules=build_project_modules(files))
+    project = ProjectIndex.for_files(files)
     project.called = set()
     project.called_under_no_grad = set()
     results: list = [None] * len(files)
@@ -304,7 +334,7 @@ def run(files, opts: LintOptions, jobs: int = 1, cache=None) -> list:
         else:
             todo.append(i)
     # pass 1: knowing the module names of the tree but no summaries
-    empty = ProjectIndex(modules=project.modules)
+    empty = ProjectIndex.for_files(files)
     empty.called, empty.called_under_no_grad = set(), set()
     for i, r in zip(todo, _map([(files[i], opts, empty) for i in todo], jobs)):
         r.answers = _answers(empty, r.queries)

@@ -7,6 +7,7 @@ and repeats (bounded) until nothing more can be fixed.
 """
 from __future__ import annotations
 
+import re
 from typing import Optional
 
 import libcst as cst
@@ -14,8 +15,22 @@ import libcst as cst
 from .findings import Edit, Fix, Position
 
 
+_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
+
+
+def split_lines(text: str) -> list:
+    """Lines with their endings, split the way libcst counts lines (\\r\\n, \\r, \\n only)."""
+    return _LINE.findall(text)
+
+
 def _line_text(mm, line: int) -> str:
-    lines = mm.text.splitlines(True)
+    lines = getattr(mm, "_fix_lines", None)
+    if lines is None:
+        lines = split_lines(mm.text)
+        try:
+            mm._fix_lines = lines
+        except AttributeError:  # pragma: no cover - slotted models
+            pass
     return lines[line - 1] if 0 < line <= len(lines) else ""
 
 
@@ -65,19 +80,76 @@ def insert_before_loop_or_stmt(mm, fn, op, code: str, message: str, applicabilit
     return Fix(message, (Edit(Position(line, 0), Position(line, 0), f"{ind}{code}{_eol(mm)}"),), applicability)
 
 
+def _string_interior_lines(mm) -> set:
+    """Lines that start inside a multi-line string (re-indenting them would change the string)."""
+    cached = getattr(mm, "_fix_string_lines", None)
+    if cached is not None:
+        return cached
+    import io
+    import tokenize
+
+    out: set = set()
+    text = mm.text.replace("\r\n", "\n").replace("\r", "\n")
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+            if tok.start[0] < tok.end[0] and tok.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT):
+                if tok.type == tokenize.STRING or tokenize.tok_name.get(tok.type, "").startswith("FSTRING"):
+                    out.update(range(tok.start[0] + 1, tok.end[0] + 1))
+    except (tokenize.TokenError, SyntaxError, IndentationError):
+        pass
+    try:
+        mm._fix_string_lines = out
+    except AttributeError:  # pragma: no cover
+        pass
+    return out
+
+
+def torch_spelling(mm, dotted_name: str) -> Optional[str]:
+    """How ``torch.x.y`` is spelled in this module (``torch.no_grad``, ``T.no_grad``, ``no_grad``)."""
+    names = getattr(getattr(mm, "imports", None), "names", {}) or {}
+    if names.get("torch") == "torch" or ("torch" in names and names["torch"] == "torch"):
+        return dotted_name
+    for local, qual in names.items():
+        if qual == dotted_name:
+            return local
+    for local, qual in names.items():
+        if qual == "torch":
+            return local + dotted_name[len("torch"):]
+    if "torch" in names:
+        return dotted_name
+    return None
+
+
 def wrap_in_with(mm, stmt_node, ctx: str, message: str, applicability: str) -> Optional[Fix]:
-    if "torch" not in mm.imports.names:
-        return None
+    """Wrap a compound statement (a loop) in ``with ctx:``, re-indenting its lines.
+
+    ``ctx`` is written with the ``torch.`` prefix (``torch.no_grad()``) and respelled for the
+    module's imports; lines inside multi-line strings keep their indentation.
+    """
+    if ctx.startswith("torch."):
+        head, paren, rest = ctx.partition("(")
+        spelled = torch_spelling(mm, head)
+        if spelled is None:
+            return None
+        ctx = spelled + paren + rest
     sl, _, el, ec = mm.span_of(stmt_node)
-    lines = mm.text.splitlines(True)
     ind = _indent_of(mm, sl)
-    unit = _indent_unit(mm)
-    block = lines[sl - 1: el]
+    unit = None
+    body = getattr(stmt_node, "body", None)
+    if isinstance(body, cst.IndentedBlock) and body.body:
+        inner = _indent_of(mm, mm.span_of(body.body[0])[0])
+        if inner.startswith(ind) and len(inner) > len(ind):
+            unit = inner[len(ind):]
+    if unit is None:
+        unit = _indent_unit(mm)
+    skip = _string_interior_lines(mm)
     new = [f"{ind}with {ctx}:{_eol(mm)}"]
-    for ln in block:
-        new.append(unit + ln if ln.strip() else ln)
-    end_line = el + 1
-    return Fix(message, (Edit(Position(sl, 0), Position(end_line, 0), "".join(new)),), applicability)
+    for ln in range(sl, el + 1):
+        text = _line_text(mm, ln)
+        new.append(unit + text if text.strip() and ln not in skip else text)
+    if new and not new[-1].endswith(("\n", "\r")):
+        new[-1] += _eol(mm)
+    return Fix(message, (Edit(Position(sl, 0), Position(el + 1, 0), "".join(new)),), applicability)
 
 
 def replace_node(mm, node, new_code: str, message: str, applicability: str) -> Fix:
@@ -86,28 +158,122 @@ def replace_node(mm, node, new_code: str, message: str, applicability: str) -> F
 
 
 def add_keyword(mm, call: cst.Call, kw: str, message: str, applicability: str) -> Fix:
-    """Append ``kw`` (e.g. ``shuffle=True``) to a call's arguments."""
+    """Append ``kw`` (e.g. ``shuffle=True``) to a call's arguments.
+
+    Inserted right after the last argument's value, so a trailing comma, a comment or a
+    closing parenthesis on its own line stay where they are.
+    """
+    if call.args:
+        _, _, el, ec = mm.span_of(call.args[-1].value)
+        pos = Position(el, ec)
+        return Fix(message, (Edit(pos, pos, f", {kw}"),), applicability)
     sl, sc, el, ec = mm.span_of(call)
-    # insert before the closing parenthesis
-    text = mm.code_for(call)
-    inner = text[text.index("(") + 1: -1] if "(" in text else ""
-    sep = "" if not inner.strip() else (", " if not inner.rstrip().endswith(",") else " ")
     pos = Position(el, ec - 1)
-    return Fix(message, (Edit(pos, pos, f"{sep}{kw}"),), applicability)
+    return Fix(message, (Edit(pos, pos, kw),), applicability)
+
+
+def _line_has_eol(mm, line: int) -> bool:
+    return _line_text(mm, line).endswith(("\n", "\r"))
+
+
+def _insert_line(mm, line: int, ind: str, code: str) -> Edit:
+    """An edit inserting ``ind + code`` as a new line before line ``line`` (past the end: appended)."""
+    n = len(split_lines(mm.text))
+    if line > n:
+        prefix = "" if n == 0 or _line_has_eol(mm, n) else _eol(mm)
+        pos = Position(n + 1, 0) if prefix == "" else Position(n, len(_line_text(mm, n)))
+        return Edit(pos, pos, f"{prefix}{ind}{code}{_eol(mm)}")
+    return Edit(Position(line, 0), Position(line, 0), f"{ind}{code}{_eol(mm)}")
+
+
+def simple_statement(op) -> Optional[cst.SimpleStatementLine]:
+    """The statement line of ``op`` when it holds nothing but ``op`` (an expression statement).
+
+    Fixes that move or delete a call only do so when this is true: ``a(); b()`` or
+    ``if x: b()`` are left alone.
+    """
+    stmt = getattr(op, "stmt", None)
+    if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
+        return None
+    small = stmt.body[0]
+    if isinstance(small, cst.Expr) and small.value is op.node:
+        return stmt
+    return None
+
+
+def statement_code(mm, stmt) -> Optional[str]:
+    """The source of a one-line statement without its indentation and line ending."""
+    sl, sc, el, ec = mm.span_of(stmt)
+    if sl != el:
+        return None
+    return _line_text(mm, sl)[sc:].rstrip("\r\n").rstrip()
+
+
+def delete_statement_edit(mm, stmt) -> Edit:
+    """Remove the whole lines of ``stmt`` (with their trailing comment)."""
+    sl, _, el, _ = mm.span_of(stmt)
+    return Edit(Position(sl, 0), Position(el + 1, 0), "")
+
+
+def insert_after_stmt(mm, op_or_stmt, code: str, message: str, applicability: str) -> Optional[Fix]:
+    """Insert ``code`` on a new line after a statement, at the statement's indentation."""
+    stmt = getattr(op_or_stmt, "stmt", None) or getattr(op_or_stmt, "node", None) or op_or_stmt
+    if not isinstance(stmt, cst.SimpleStatementLine):
+        return None
+    sl, _, el, _ = mm.span_of(stmt)
+    return Fix(message, (_insert_line(mm, el + 1, _indent_of(mm, sl), code),), applicability)
+
+
+def move_statement(mm, stmt, anchor, message: str, applicability: str, after: bool = False) -> Optional[Fix]:
+    """Move a one-line statement before (or after) the statement ``anchor``.
+
+    The moved line takes ``anchor``'s indentation and keeps its trailing comment.
+    """
+    code = statement_code(mm, stmt)
+    if code is None or not isinstance(anchor, cst.CSTNode) or anchor is stmt:
+        return None
+    asl, _, ael, _ = mm.span_of(anchor)
+    ind = _indent_of(mm, asl)
+    line = ael + 1 if after else asl
+    sl, _, el, _ = mm.span_of(stmt)
+    if sl <= line <= el + 1 and (line == sl or line == el + 1):
+        return None  # already there
+    return Fix(message, (delete_statement_edit(mm, stmt), _insert_line(mm, line, ind, code)), applicability)
 
 
 # ------------------------------------------------------------------ applying
 def _offset_table(text: str):
     starts = [0]
-    for i, ch in enumerate(text):
-        if ch == "\n":
-            starts.append(i + 1)
+    for ln in split_lines(text):
+        starts.append(starts[-1] + len(ln))
     return starts
+
+
+def _dominant_eol(text: str) -> str:
+    crlf = text.count("\r\n")
+    lf = text.count("\n") - crlf
+    cr = text.count("\r") - crlf
+    if crlf >= lf and crlf >= cr and crlf:
+        return "\r\n"
+    return "\r" if cr > lf else "\n"
+
+
+def _normalize_eol(content: str, eol: str) -> str:
+    if eol == "\n" or ("\n" not in content and "\r" not in content):
+        return content
+    return re.sub(r"\r\n|\r|\n", lambda m: eol, content)
 
 
 def apply_fixes(text: str, fixes) -> tuple[str, int]:
     """Apply fixes whose edits do not overlap earlier ones; returns (text, fixes applied)."""
+    out, chosen = apply_fixes_detailed(text, fixes)
+    return out, len(chosen)
+
+
+def apply_fixes_detailed(text: str, fixes) -> tuple[str, list]:
+    """Like :func:`apply_fixes`; returns (text, indices of the fixes applied)."""
     starts = _offset_table(text)
+    eol = _dominant_eol(text)
 
     def off(p: Position) -> int:
         if p.line - 1 >= len(starts):
@@ -116,14 +282,19 @@ def apply_fixes(text: str, fixes) -> tuple[str, int]:
 
     taken: list[tuple[int, int]] = []
     chosen = []
-    applied = 0
-    for fix in fixes:
-        spans = [(off(e.start), off(e.end), e.content) for e in fix.edits]
+    applied = []
+    for i, fix in enumerate(fixes):
+        spans = [(off(e.start), off(e.end), _normalize_eol(e.content, eol)) for e in fix.edits]
+        if any(b < a for a, b, _ in spans):
+            continue
+        # edits of one fix must not overlap each other either
+        if any(_overlap(*spans[j][:2], *spans[k][:2]) for j in range(len(spans)) for k in range(j)):
+            continue
         if any(_overlap(a, b, s, t) for a, b, _ in spans for s, t in taken):
             continue
         taken.extend((a, b) for a, b, _ in spans)
         chosen.extend(spans)
-        applied += 1
+        applied.append(i)
     out = text
     for a, b, content in sorted(chosen, key=lambda x: (x[0], x[1]), reverse=True):
         out = out[:a] + content + out[b:]

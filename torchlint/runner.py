@@ -19,7 +19,8 @@ EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
 class Runner:
     def __init__(self, cfg, select, ignore, extend_select, jobs=None, cache: Optional[str] = None,
-                 verbose=False, progress=True):
+                 verbose=False, progress=True, force_exclude=False):
+        self.force_exclude = force_exclude
         self.cfg = cfg
         self.enabled = frozenset(enabled_codes(select, ignore, extend_select))
         self.opts = LintOptions(self.enabled, cfg.rule_settings(), cfg.per_file_ignores, cfg.root)
@@ -31,7 +32,8 @@ class Runner:
 
     def files(self, paths):
         d = discover(paths, exclude=list(self.cfg.exclude) + list(self.cfg.extend_exclude),
-                     respect_gitignore=self.cfg.respect_gitignore, follow_symlinks=self.cfg.follow_symlinks)
+                     respect_gitignore=self.cfg.respect_gitignore, follow_symlinks=self.cfg.follow_symlinks,
+                     force_exclude=self.force_exclude)
         for p, msg in d.errors:
             click.echo(f"torchlint: error: {p}: {msg}", err=True)
             self.had_error = True

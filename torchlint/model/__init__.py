@@ -44,9 +44,16 @@ class ExternalRef:
 class ProjectIndex:
     """What the engine knows about the other modules of the linted tree.
 
-    ``modules`` maps dotted module names to files; ``summaries`` maps ``module.function`` to
-    summary dicts produced by other workers (empty on the first pass).  ``classes`` maps
-    ``module.Class`` to small class facts (is it an ``nn.Module``, what its forward returns).
+    ``modules`` maps module *keys* to files.  A key is the dotted module name, unless two
+    files of the tree share that name (``main.py`` in several example folders): then each gets
+    ``name@<hash of its import root>`` and an import resolves to the one importable from the
+    importer's root (its own folder for a script), or to nothing when that is ambiguous.
+    ``summaries`` maps ``key.function`` (``key.Class.method``) to summary dicts produced by
+    other workers (empty on the first pass).  ``classes`` maps ``key.Class`` to small class
+    facts (is it an ``nn.Module``, its bases and methods, what its forward returns).
+    ``reexports`` maps ``key.name`` to the qualified name it stands for (a package
+    ``__init__``'s ``from .engine import train``; any module's ``from x import y``);
+    ``stars`` maps a key to the modules it ``import *``s from.
     """
 
     def __init__(self, modules: Optional[dict] = None, summaries: Optional[dict] = None,
@@ -57,14 +64,121 @@ class ProjectIndex:
         self.summaries = summaries or {}
         self.classes = classes or {}
         self.reexports = reexports or {}
+        self.stars: dict = {}
+        self.by_name: dict = {}  # dotted module name -> [keys]
+        self.roots: dict = {}  # key -> import root directory
+        self.key_of_path: dict = {}  # absolute path -> key
+        for key in self.modules:
+            self.by_name.setdefault(key.split("@", 1)[0], []).append(key)
+
+    @classmethod
+    def for_files(cls, files) -> "ProjectIndex":
+        """The module table of a tree: keys, import roots, files."""
+        import hashlib
+        import os
+
+        from ..discover import module_name_for
+
+        entries = []
+        for f in files:
+            if not f.endswith((".py", ".pyi")):
+                continue
+            name, is_pkg = module_name_for(f)
+            ap = os.path.abspath(f)
+            root = os.path.dirname(ap)
+            for _ in range(name.count(".") + (1 if is_pkg else 0)):
+                root = os.path.dirname(root)
+            entries.append((name, root, ap, f))
+        count: dict = {}
+        for name, root, ap, f in entries:
+            count.setdefault(name, set()).add(root)
+        p = cls()
+        for name, root, ap, f in entries:
+            if len(count[name]) == 1:
+                key = name
+            else:
+                key = f"{name}@{hashlib.sha1(root.encode()).hexdigest()[:8]}"
+            if key in p.modules and not f.endswith(".py"):
+                continue  # prefer the .py over a stub
+            p.modules[key] = f
+            p.roots[key] = root
+            p.key_of_path[ap] = key
+            keys = p.by_name.setdefault(name, [])
+            if key not in keys:
+                keys.append(key)
+        return p
+
+    def key_for(self, path: str, name: str) -> str:
+        import os
+
+        return self.key_of_path.get(os.path.abspath(path), name) if path else name
+
+    def module_key(self, name: str, root: Optional[str] = None, here: Optional[str] = None) -> Optional[str]:
+        """The key of the tree module an import of ``name`` loads, seen from ``root``."""
+        keys = self.by_name.get(name)
+        if not keys:
+            return None
+        if len(keys) == 1:
+            return keys[0]
+        for r in (root, here):
+            if r is None:
+                continue
+            hit = [k for k in keys if self.roots.get(k) == r]
+            if len(hit) == 1:
+                return hit[0]
+        return None
+
+    def locate(self, qual: Optional[str], root: Optional[str] = None,
+               here: Optional[str] = None) -> Optional[str]:
+        """``engine.train`` -> the key-qualified name of a tree member, or ``None``.
+
+        The longest dotted prefix that names a tree module is the module; package
+        re-exports and star imports are followed.
+        """
+        if not qual:
+            return None
+        parts = qual.split(".")
+        for i in range(len(parts) - 1, 0, -1):
+            key = self.module_key(".".join(parts[:i]), root, here)
+            if key is not None:
+                return self.resolve(".".join([key] + parts[i:]))
+        return None
 
     def resolve(self, qual: str) -> Optional[str]:
         """Follow package ``__init__`` re-exports: ``pkg.train`` -> ``pkg.engine.train``."""
         seen = 0
-        while qual in self.reexports and seen < 8:
-            qual = self.reexports[qual]
+        while seen < 8:
+            if qual in self.reexports:
+                qual = self.reexports[qual]
+            else:
+                mod, _, name = qual.rpartition(".")
+                for star in self.stars.get(mod, ()):
+                    cand = f"{star}.{name}"
+                    if cand in self.summaries or cand in self.classes or cand in self.reexports:
+                        qual = cand
+                        break
+                else:
+                    # a method reached through a re-exported class: pkg.Trainer.fit
+                    head, _, last = qual.rpartition(".")
+                    if head in self.reexports and head != qual:
+                        qual = f"{self.reexports[head]}.{last}"
+                    else:
+                        return qual
             seen += 1
         return qual
+
+    def method(self, cls_qual: str, name: str, depth: int = 0) -> Optional[str]:
+        """``key.Class`` + method name -> the key-qualified method, following bases."""
+        facts = self.classes.get(self.resolve(cls_qual))
+        if not facts or depth > 8:
+            return None
+        if name in facts.get("methods", ()):
+            return f"{self.resolve(cls_qual)}.{name}"
+        for b in facts.get("bases", ()):
+            m = self.method(b, name, depth + 1)
+            if m is not None:
+                return m
+        return None
 
 
 _DEF_RE_CACHE: dict = {}
@@ -81,6 +195,16 @@ class ModuleModel:
         self.module_name = module_name
         self.project = project or ProjectIndex()
         self.imports = ImportTable(module_name, is_package)
+        # cross-module identity: the key other modules' summaries use for this one, its
+        # import root and its folder (imports of a script resolve there first)
+        self.dotted_name = module_name
+        self.module_name = self.project.key_for(path, module_name)
+        import os as _os
+
+        self.here = _os.path.dirname(_os.path.abspath(path)) if path else None
+        self.root = self.project.roots.get(self.module_name, self.here)
+        self._located: dict = {}
+        self._dataflow_state: dict = {}
         self.binder = Binder(module, self.imports)
         self.binder.bind()
         self.classes = self.binder.classes
@@ -100,7 +224,18 @@ class ModuleModel:
         for fn in self.all_functions:
             classify(self, fn, self.resolver)
         for fn in self.all_functions:
-            Dataflow(self, fn, self.resolver).run()
+            self.ensure_dataflow(fn)
+
+    def ensure_dataflow(self, fn: FunctionModel) -> bool:
+        """Run the dataflow pass of ``fn`` once (callees first, when a call needs their
+        return facts); ``False`` while it is running (recursion)."""
+        st = self._dataflow_state.get(id(fn))
+        if st is not None:
+            return st
+        self._dataflow_state[id(fn)] = False
+        Dataflow(self, fn, self.resolver).run()
+        self._dataflow_state[id(fn)] = True
+        return True
 
     # ------------------------------------------------------------------ names
     def qualify(self, d: Optional[str]) -> Optional[str]:
@@ -112,11 +247,28 @@ class ModuleModel:
             return c
         return None
 
+    def locate(self, qual: Optional[str]) -> Optional[str]:
+        """A qualified name (``engine.train``) -> the key-qualified name of a member of another
+        module of the linted tree (re-exports followed), or ``None``."""
+        if not qual:
+            return None
+        r = self._located.get(qual, 0)
+        if r == 0:
+            r = self.project.locate(qual, self.root, self.here)
+            if r is not None and r.rpartition(".")[0] == self.module_name:
+                r = None  # this module itself
+            self._located[qual] = r
+        return r
+
+    def external_class_name(self, name: Optional[str]) -> Optional[str]:
+        """The key-qualified name of a class of another tree module that ``name`` refers to."""
+        return self.locate(self.qualify(name)) if name else None
+
     def external_class(self, name: str) -> Optional[dict]:
-        q = self.qualify(name)
+        q = self.external_class_name(name)
         if q is None:
             return None
-        q = self.project.resolve(q)
+        self.external_queries.add("class:" + q)
         return self.project.classes.get(q)
 
     def class_is_module(self, cls: ClassModel) -> bool:
@@ -195,7 +347,12 @@ class ModuleModel:
 
     # ------------------------------------------------------------------ calls
     def resolve_call(self, fn: FunctionModel, op: CallOp):
-        """The function a call runs: a FunctionModel here, an ExternalRef, or None."""
+        """The function a call runs: a FunctionModel here, an ExternalRef, or None.
+
+        Resolves nested and module-level functions, names imported from other modules of the
+        linted tree (absolute, relative, through package re-exports), ``self.method()``
+        through the class and its bases (in this module or imported), and ``Class.method``.
+        """
         d = op.func
         if d is None:
             return None
@@ -210,36 +367,64 @@ class ModuleModel:
             target = self.functions.get(d)
             if target is not None:
                 return target
-            q = self.qualify(d)
-            if q and self._is_tree_module_member(q):
-                return ExternalRef(*q.rsplit(".", 1))
-            return None
+            return self._external(self.qualify(d))
         base, _, name = d.rpartition(".")
-        if base == "self" and fn.cls is not None:
-            cls = fn.cls
-            seen = 0
-            while cls is not None and seen < 10:
-                m = cls.methods.get(name)
-                if m is not None:
-                    return m
-                nxt = None
-                for raw in cls.raw_bases:
-                    nxt = self.find_class(raw)
-                    if nxt is not None:
-                        break
-                cls = nxt
-                seen += 1
+        if base in ("self", "super()") and fn.cls is not None or \
+                (base == "self" and fn.parent is not None and fn.parent.cls is not None):
+            cls = fn.cls or fn.parent.cls
+            return self._method_of(cls, name)
+        return self._external(self.qualify(d))
+
+    def _method_of(self, cls: ClassModel, name: str, depth: int = 0):
+        """``name`` looked up on ``cls`` and its bases (local classes, then imported ones)."""
+        if cls is None or depth > 10:
             return None
-        q = self.qualify(d)
-        if q and self._is_tree_module_member(q):
-            mod, _, nm = q.rpartition(".")
-            return ExternalRef(mod, nm)
+        m = cls.methods.get(name)
+        if m is not None:
+            return m
+        for raw in cls.raw_bases:
+            base = self.find_class(raw)
+            if base is not None and base is not cls:
+                r = self._method_of(base, name, depth + 1)
+                if r is not None:
+                    return r
+                continue
+            ext = self.external_class_name(raw)
+            if ext is not None:
+                self.external_queries.add("class:" + ext)
+                q = self.project.method(ext, name)
+                if q is not None:
+                    mod, _, nm = self._split(q)
+                    return ExternalRef(mod, nm)
         return None
 
+    def _split(self, q: str):
+        """``key.Class.method`` -> (key, ".", "Class.method") using the module table."""
+        parts = q.split(".")
+        for i in range(len(parts) - 1, 0, -1):
+            mod = ".".join(parts[:i])
+            if mod in self.project.modules:
+                return mod, ".", ".".join(parts[i:])
+        return q.rpartition(".")
+
+    def _external(self, q: Optional[str]):
+        loc = self.locate(q)
+        if loc is None:
+            return None
+        mod, _, nm = self._split(loc)
+        if mod not in self.project.modules:
+            return None
+        if "." in nm:
+            # Class.method of an imported class (a static or class method), maybe inherited
+            cls_q, _, meth = loc.rpartition(".")
+            self.external_queries.add("class:" + cls_q)
+            m = self.project.method(cls_q, meth)
+            if m is not None:
+                mod, _, nm = self._split(m)
+        return ExternalRef(mod, nm)
+
     def _is_tree_module_member(self, q: str) -> bool:
-        q = self.project.resolve(q)
-        mod = q.rpartition(".")[0]
-        return mod in self.project.modules and mod != self.module_name
+        return self.locate(q) is not None
 
     def summary_of(self, target) -> Optional[dict]:
         if target is None:
@@ -279,6 +464,13 @@ class ModuleModel:
                 d = dotted(a.value)
                 if d:
                     out[a.keyword.value] = d
+        free = set(summ.get("free", ()))
+        if free:
+            # closures and globals: the callee sees the caller's variable of the same name
+            for key in list(summ.get("exit_modes", {})) + list(summ.get("trains_in_entry", ())) + \
+                    list(summ.get("evals_in_entry", ())):
+                if key.split(".", 1)[0] in free:
+                    out.setdefault(key, key)
         if is_method and (op.func or "").startswith("self."):
             for key in list(summ.get("exit_modes", {})) + list(summ.get("trains_in_entry", ())) + \
                     list(summ.get("evals_in_entry", ())):
@@ -310,8 +502,28 @@ class ModuleModel:
             role = self.resolver.of_path(fn, op.target or "")
             if isinstance(role[1], str):
                 cls = self.classes.get(role[1])
+                if cls is None:
+                    return self.external_forward_facts(role[1])
+            elif isinstance(info, str):
+                return self.external_forward_facts(info)
         if cls is None:
+            # a model built here from layers (nn.Sequential(..., nn.Softmax())), by a factory
+            # function, or passed in by the callers of ``fn``
+            from .dataflow import model_output_facts
+
+            return model_output_facts(self, fn, op.target)
+        return self.class_forward_facts(cls)
+
+    def external_forward_facts(self, qual: str) -> frozenset:
+        """What the forward of a model class of another tree module returns (its export)."""
+        if not qual or "." not in qual:
             return frozenset()
+        self.external_queries.add("class:" + qual)
+        facts = self.project.classes.get(qual) or {}
+        return frozenset(facts.get("forward", ()))
+
+    def class_forward_facts(self, cls: ClassModel) -> frozenset:
+        """What ``cls``'s forward returns, by its own forward, its bases, or its layers."""
         key = cls.qualname
         if key in self._forward_facts:
             return self._forward_facts[key]
@@ -319,25 +531,110 @@ class ModuleModel:
         facts = frozenset()
         fwd = cls.methods.get("forward")
         if fwd is not None:
-            facts = frozenset(f for f in self.return_facts(fwd) if f in ("probs", "sigmoid", "logprobs"))
+            facts = frozenset(f for f in self.return_facts(fwd) if f in ("probs", "sigmoid", "logprobs", "logits"))
         else:
             facts = self._sequential_output(cls)
+            if not facts:  # forward inherited from a base class, here or imported
+                for raw in cls.raw_bases:
+                    base = self.find_class(raw)
+                    if base is not None and base is not cls:
+                        facts = self.class_forward_facts(base)
+                    else:
+                        facts = self.external_forward_facts(self.external_class_name(raw) or "")
+                    if facts:
+                        break
         self._forward_facts[key] = facts
         return facts
 
     def _sequential_output(self, cls: ClassModel) -> frozenset:
-        return frozenset()
+        from .dataflow import sequential_class_output
+
+        return sequential_class_output(self, cls)
 
     def return_facts(self, fn: FunctionModel) -> frozenset:
         r = self._return_facts.get(id(fn))
         if r is not None:
             return r
+        done = self.ensure_dataflow(fn)  # a callee's facts are needed before its caller's
         out = frozenset()
         for op in walk(fn.body):
             if isinstance(op, ReturnOp):
                 out = out | op.value_facts
-        self._return_facts[id(fn)] = out
+        if done:
+            self._return_facts[id(fn)] = out
         return out
+
+    # facts a call's value inherits from what the callee returns
+    _RETURN_KEEP = frozenset({"graph", "loss", "probs", "logprobs", "sigmoid", "logits", "moved",
+                              "detached", "scalar", "model_out", "fresh", "float"})
+
+    def call_result_facts(self, fn: FunctionModel, op: CallOp, arg_facts=()) -> frozenset:
+        """Facts of the value a call of a function of the linted tree returns: what its
+        summary says it returns (a loss attached to the graph, probabilities, moved
+        tensors); a batch passed in and returned (moved or not) is still a batch."""
+        target = op.info
+        if isinstance(target, FunctionModel):
+            if target.is_module_level:
+                return frozenset()
+            ret = self.return_facts(target)
+        elif isinstance(target, ExternalRef):
+            s = self.summary_of(target)
+            ret = frozenset(s.get("returns", ())) if s else frozenset()
+        else:
+            return frozenset()
+        out = ret & self._RETURN_KEEP
+        if ("param_in" in ret or "moved" in ret) and any("batch" in a for a in arg_facts):
+            out = out | {"batch"}
+        return frozenset(out)
+
+    def function_named(self, fn: FunctionModel, name: Optional[str]):
+        """A function a name refers to from ``fn``: nested, module-level, or imported."""
+        if not name:
+            return None
+        if "." not in name:
+            f = fn
+            while f is not None:
+                for n in f.nested:
+                    if n.name == name:
+                        return n
+                f = f.parent
+            if name in self.functions:
+                return self.functions[name]
+        return self._external(self.qualify(name))
+
+    def loader_moves(self, fn: FunctionModel, expr) -> bool:
+        """The loader ``expr`` was built with a ``collate_fn`` that moves tensors to a device."""
+        from .binder import dotted as _dotted
+
+        path = _dotted(expr) if expr is not None else None
+        if not path:
+            return False
+        values = []
+        f = fn
+        while f is not None:
+            values += [op.value for op in walk(f.body) if isinstance(op, AssignOp) and op.value is not None
+                       and any(_dotted(t) == path for t in op.targets)]
+            f = f.parent
+        cls = fn.cls or (fn.parent.cls if fn.parent is not None else None)
+        if path.startswith("self.") and cls is not None:
+            values += [op.value for op in cls.attr_values.get(path, ()) if op.value is not None]
+        if not values:
+            values = [op.value for op in walk(self.module_function.body) if isinstance(op, AssignOp)
+                      and op.value is not None and any(_dotted(t) == path for t in op.targets)]
+        for v in values:
+            if not isinstance(v, cst.Call):
+                continue
+            for a in v.args:
+                if a.keyword is None or a.keyword.value != "collate_fn":
+                    continue
+                c = a.value
+                if isinstance(c, cst.Call) and (_dotted(c.func) or "").endswith("partial") and c.args:
+                    c = c.args[0].value
+                target = self.function_named(fn, _dotted(c))
+                s = self.summary_of(target) if target is not None else None
+                if s and (s.get("moves") or "moved" in s.get("returns", ())):
+                    return True
+        return False
 
     def clears_by_assignment(self, fn: FunctionModel) -> bool:
         """``p.grad = None`` / ``p.grad.zero_()`` style clearing inside ``fn``."""
@@ -376,7 +673,45 @@ class ModuleModel:
         return out
 
     def export_classes(self) -> dict:
+        """Class facts for other modules: is it an ``nn.Module``, its bases (key-qualified),
+        its methods (their summaries are exported as ``key.Class.method``), and what its
+        forward returns (probabilities, log-probabilities, sigmoid outputs, raw logits)."""
         out = {}
         for cls in self.classes.values():
-            out[f"{self.module_name}.{cls.qualname}"] = {"is_module": self.class_is_module(cls)}
+            bases = []
+            for raw in cls.raw_bases:
+                local = self.find_class(raw)
+                if local is not None and local is not cls:
+                    bases.append(f"{self.module_name}.{local.qualname}")
+                else:
+                    ext = self.external_class_name(raw)
+                    if ext:
+                        bases.append(ext)
+            is_module = self.class_is_module(cls)
+            facts = {"is_module": is_module, "bases": bases, "methods": sorted(cls.methods)}
+            if is_module:
+                try:
+                    facts["forward"] = sorted(self.class_forward_facts(cls))
+                except RecursionError:
+                    facts["forward"] = []
+            out[f"{self.module_name}.{cls.qualname}"] = facts
         return out
+
+    def export_reexports(self) -> tuple:
+        """(``{key.name: key-qualified target}``, ``[key of each star-imported module]``): the
+        names this module imports from other modules of the tree, which importers of this
+        module (a package ``__init__`` above all) may import from it in turn."""
+        out = {}
+        for local, q in self.imports.names.items():
+            loc = self.locate(q)
+            if loc is None and q:
+                key = self.project.module_key(q, self.root, self.here)
+                loc = key if key is not None and key != self.module_name else None
+            if loc and loc != f"{self.module_name}.{local}":
+                out[f"{self.module_name}.{local}"] = loc
+        stars = []
+        for base in getattr(self.imports, "stars", ()):
+            key = self.project.module_key(base, self.root, self.here)
+            if key is not None and key != self.module_name:
+                stars.append(key)
+        return out, stars

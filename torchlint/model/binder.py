@@ -49,6 +49,7 @@ class ImportTable:
         self.is_package = is_package
         # qualified module names imported (for the dependency graph)
         self.imported_modules: set[str] = set()
+        self.stars: list[str] = []  # modules star-imported (``from .x import *``)
 
     def _resolve_relative(self, level: int, module: Optional[str]) -> str:
         base = self.module_name.split(".") if self.module_name else []
@@ -79,6 +80,8 @@ class ImportTable:
         if base:
             self.imported_modules.add(base)
         if isinstance(node.names, cst.ImportStar):
+            if base:
+                self.stars.append(base)
             return
         for alias in node.names:
             name = _attr_chain(alias.name)

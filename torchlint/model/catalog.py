@@ -122,13 +122,30 @@ _PATTERNS = [
 ]
 
 
+# names that say "this returns/does something with a model", not "this is a model"
+_VERB_PREFIX = re.compile(
+    r"^_*(get|create|build|make|load|init|initialize|setup|prepare|reparameterize|convert|wrap|"
+    r"unwrap|export|save|freeze|unfreeze|run|compute|update|copy|apply|register|check|fuse|"
+    r"compile|trace|instantiate|construct)_", re.I)
+
+
 def role_from_name(name: str) -> Optional[str]:
-    """Guess a role from a variable name (last attribute); ``None`` if nothing fits."""
+    """Guess a role from a variable name (last attribute); ``None`` if nothing fits.
+
+    Names that read as actions (``create_model``, ``get_eval_model``) are not guessed to be
+    the thing they act on.
+    """
     last = name.rsplit(".", 1)[-1]
+    if _VERB_PREFIX.search(last):
+        return None
     for role, pat in _PATTERNS:
         if pat.search(last):
             return role
     return None
+
+
+# callables that take an optimizer as first argument and step it
+OPTIMIZER_STEP_FUNCS = {"torch_xla.core.xla_model.optimizer_step"}
 
 
 ANNOTATION_ROLES = {

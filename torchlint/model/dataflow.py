@@ -10,7 +10,18 @@ Facts are small strings collected in frozensets:
 ``detached``  ``.detach()``ed             ``scalar``    a Python number (``.item()``, ``float()``)
 ``batch``     from iterating a loader     ``moved``     moved with ``.to``/``.cuda``
 ``float``     cast to floating point      ``fresh``     a new tensor (zeros, empty, clone)
-``param``     a parameter
+``param``     a parameter (iterating ``.parameters()``, ``nn.Parameter(...)``)
+``grad_in``   an input of an ``nn.Module`` method (may require grad, like ``graph``)
+``saves_out`` the output of an op autograd saves for backward (sigmoid, tanh, exp, softmax,
+              relu, ``nn.ReLU`` ...); views of it keep the fact
+``saved``     a name used as an operand of ``*``/``@``/``/``/``**`` with a grad-requiring partner
+``indices``   integer class indices (``randint``, ``argmax``, ``.long()``)
+``soft``      soft / one-hot / mixed targets (``one_hot``, mixup, label smoothing)
+
+In-place operations (``x.mul_()``, ``x += y``, ``x[i] = v``, ``out=``, in-place activations)
+are recorded per function in ``fn.inplace_ops`` as :class:`Inplace` records with the facts of
+the tensor they modify, and every ``.data`` access in ``fn.data_accesses`` as
+:class:`DataAccess` records (read or write, the facts of the tensor it is taken from).
 
 The pass walks the ops in program order (loops twice, branches joined) and stores, on
 each op, the facts of its arguments, so rules read them without re-evaluating anything.
@@ -24,7 +35,8 @@ import libcst as cst
 from . import catalog
 from .binder import dotted
 from .ir import (
-    FORWARD, GRAD_OFF, LOSS, AssignOp, BranchOp, CallOp, DefOp, LoopOp, ReturnOp,
+    BACKWARD, CALL, FORWARD, GRAD_OFF, LOSS, MOVE, AssignOp, BranchOp, CallOp, DefOp, LoopOp, ReturnOp,
+    walk,
 )
 
 EMPTY: frozenset = frozenset()
@@ -33,6 +45,79 @@ _KEEP_METHODS = {"view", "reshape", "squeeze", "unsqueeze", "flatten", "permute"
                  "chunk", "split", "narrow", "select", "gather", "index_select", "masked_fill",
                  "type_as", "repeat", "squeeze_", "unsqueeze_", "__getitem__"}
 _DEVICE_METHODS = {"to", "cuda"}
+# autograd-saved outputs (derivatives.yaml uses ``result``) and the views that alias them
+_SAVES_OUT_FUNCS = {"torch.sigmoid", "torch.tanh", "torch.exp", "torch.softmax", "torch.relu",
+                    "torch.sqrt", "torch.rsqrt", "torch.log_softmax", "torch.special.expit",
+                    "torch.nn.functional.softmax", "torch.nn.functional.relu",
+                    "torch.nn.functional.sigmoid", "torch.nn.functional.tanh",
+                    "torch.nn.functional.log_softmax", "torch.special.softmax",
+                    "torch.special.log_softmax", "torch.nn.functional.softmin"}
+_SAVES_OUT_METHODS = {"sigmoid", "tanh", "exp", "softmax", "log_softmax", "relu", "sqrt", "rsqrt",
+                      "sigmoid_", "tanh_", "exp_", "relu_", "sqrt_", "rsqrt_"}
+_SAVES_OUT_MODULES = {"torch.nn.ReLU", "torch.nn.Sigmoid", "torch.nn.Tanh", "torch.nn.Softmax",
+                      "torch.nn.LogSoftmax", "torch.nn.Softmax2d"}
+_VIEW_METHODS = {"view", "view_as", "reshape", "reshape_as", "squeeze", "unsqueeze", "flatten",
+                 "unflatten", "permute", "transpose", "t", "expand", "expand_as", "narrow",
+                 "select", "chunk", "split", "unbind", "contiguous", "movedim", "swapaxes",
+                 "swapdims", "diagonal", "as_strided", "__getitem__"}
+# in-place methods that do not change a tensor's values
+_NOT_INPLACE = {"requires_grad_", "share_memory_", "retain_grad", "register_hook", "record_stream",
+                "set_", "resize_", "rename_", "refine_names", "align_to", "zero_grad"}
+_INPLACE_FUNCS = {"torch.relu_", "torch.sigmoid_", "torch.tanh_", "torch.exp_", "torch.clamp_",
+                  "torch.clamp_min_", "torch.clamp_max_", "torch.nn.functional.relu_",
+                  "torch.nn.functional.elu_", "torch.nn.functional.leaky_relu_",
+                  "torch.nn.functional.hardtanh_", "torch.nn.functional.threshold_",
+                  "torch.nn.functional.rrelu_", "torch.nn.functional.celu_",
+                  "torch.nn.functional.selu_"}
+# functions with an ``inplace=`` switch that modify their first argument
+_INPLACE_KW_FUNCS = {"torch.nn.functional.relu", "torch.nn.functional.relu6",
+                     "torch.nn.functional.leaky_relu", "torch.nn.functional.elu",
+                     "torch.nn.functional.selu", "torch.nn.functional.celu",
+                     "torch.nn.functional.hardtanh", "torch.nn.functional.silu",
+                     "torch.nn.functional.hardswish", "torch.nn.functional.hardsigmoid",
+                     "torch.nn.functional.mish", "torch.nn.functional.dropout",
+                     "torch.nn.functional.dropout2d", "torch.nn.functional.alpha_dropout",
+                     "torch.nn.functional.threshold", "torch.nn.functional.rrelu"}
+_INPLACE_MODULES = {"torch.nn.ReLU", "torch.nn.ReLU6", "torch.nn.LeakyReLU", "torch.nn.ELU",
+                    "torch.nn.SELU", "torch.nn.CELU", "torch.nn.Hardtanh", "torch.nn.SiLU",
+                    "torch.nn.Hardswish", "torch.nn.Hardsigmoid", "torch.nn.Mish",
+                    "torch.nn.Dropout", "torch.nn.Dropout2d", "torch.nn.Dropout1d",
+                    "torch.nn.Dropout3d", "torch.nn.AlphaDropout", "torch.nn.Threshold",
+                    "torch.nn.RReLU"}
+_SAVING_BINOPS = ("Multiply", "MatrixMultiply", "Divide", "Power")
+_SAVING_FUNCS = {"torch.mul", "torch.matmul", "torch.mm", "torch.bmm", "torch.div", "torch.pow",
+                 "torch.einsum", "torch.multiply", "torch.true_divide"}
+_SAVING_METHODS = {"mul", "matmul", "mm", "bmm", "div", "pow", "multiply"}
+_GRAPHY = frozenset({"graph", "grad_in", "param"})
+# facts that describe one particular tensor object (views alias it; other ops make new ones)
+_ALIAS_FACTS = ("saves_out", "saved", "param")
+_SOFT_NAMES = ("one_hot", "onehot", "mixup", "cutmix", "mix", "smooth", "soft")
+
+
+class Inplace:
+    """An in-place modification of a tensor (``how``: method, aug, setitem, out, activation)."""
+
+    __slots__ = ("op", "node", "facts", "how", "target")
+
+    def __init__(self, op, node, facts, how, target):
+        self.op, self.node, self.facts, self.how, self.target = op, node, facts, how, target
+
+    def __repr__(self) -> str:
+        return f"Inplace({self.how}, {sorted(self.facts)})"
+
+
+class DataAccess:
+    """``x.data`` taken from a tensor with facts ``facts``; ``write`` when it is modified."""
+
+    __slots__ = ("op", "node", "facts", "write", "base", "assign")
+
+    def __init__(self, op, node, facts, write, base, assign=False):
+        self.op, self.node, self.facts, self.write = op, node, facts, write
+        self.base, self.assign = base, assign
+
+    def __repr__(self) -> str:
+        return f"DataAccess({self.base}, write={self.write}, {sorted(self.facts)})"
+
 _SCALAR_METHODS = {"item", "tolist", "numpy"}
 _PROB_KINDS = ("probs", "sigmoid", "logprobs", "logits")
 
@@ -49,15 +134,22 @@ class Dataflow:
         self.call_ops: dict[int, CallOp] = {}
         for op in _all_calls(fn.body):
             self.call_ops[id(op.node)] = op
+        self._inplace: dict = {}
+        self._data: dict = {}
+        self._cur = None
+        self._loop_iters: dict = {}
 
     # ---------------------------------------------------------------- driver
     def run(self) -> None:
         env: dict[str, frozenset] = {}
+        in_module = _in_module_method(self.mm, self.fn)
         for p in self.fn.params:
             role = self.resolver.of_path(self.fn, p)[0]
             if role is None and p not in ("self", "cls"):
-                env[p] = frozenset({"param_in"})
+                env[p] = frozenset({"param_in", "grad_in"}) if in_module else frozenset({"param_in"})
         self._block(self.fn.body, env)
+        self.fn.inplace_ops = list(self._inplace.values())
+        self.fn.data_accesses = list(self._data.values())
 
     def _block(self, block, env) -> dict:
         for op in block:
@@ -65,9 +157,21 @@ class Dataflow:
         return env
 
     def _op(self, op, env) -> dict:
+        self._cur = op
         if isinstance(op, CallOp):
             op.recv_facts = self.facts(op.recv_node, env) if op.recv_node is not None else EMPTY
             op.arg_facts = tuple(self.facts(a.value, env) for a in op.args)
+            self._scan_data(op.node, env, op)
+            self._call_inplace(op, env)
+            env = self._mark_saved_call(op, env)
+            if op.kind == BACKWARD:
+                # the graph is freed: what it saved may be modified again
+                env = {k: v.difference(("saves_out", "saved")) for k, v in env.items()}
+            if op.kind == MOVE and op.recv and _is_statement_call(op):
+                # `batch.to(device)` on its own line: in place for modules and BatchEncoding,
+                # a discarded copy for tensors (``moved_inplace``; its items count as moved)
+                env = dict(env)
+                env[op.recv] = env.get(op.recv, EMPTY) | {"moved_inplace"}
             return env
         if isinstance(op, AssignOp):
             if op.value is None:
@@ -76,6 +180,9 @@ class Dataflow:
             if op.grad == GRAD_OFF:
                 vf = _strip(vf, "graph")
             op.value_facts = vf
+            self._scan_data(op.value, env, op)
+            self._assign_inplace(op, env)
+            env = self._mark_saved(op.value, env)
             if op.aug is not None:
                 t = op.targets[0]
                 d = dotted(t)
@@ -91,9 +198,13 @@ class Dataflow:
         if isinstance(op, ReturnOp):
             if op.value is not None:
                 op.value_facts = self.facts(op.value, env)
+                self._scan_data(op.value, env, op)
             return env
         if isinstance(op, LoopOp):
             env = dict(env)
+            self._loop_iters[id(op.target)] = op.iter
+            if op.iter is not None:
+                self._scan_data(op.iter, env, op)
             if not op.is_while and op.target is not None:
                 itf = self._iter_facts(op, env)
                 self._bind(op.target, None, itf, env)
@@ -121,8 +232,12 @@ class Dataflow:
         # enumerate(loader) / tqdm(loader) / zip(...)
         while isinstance(it, cst.Call) and dotted(it.func) in ("enumerate", "tqdm", "tqdm.tqdm", "iter") and it.args:
             it = it.args[0].value
+        if _is_param_iter(it):
+            return frozenset({"param"})
         role = self.resolver.of_expr(self.fn, it)[0]
         if role == catalog.LOADER:
+            if self.mm.loader_moves(self.fn, it):  # collate_fn moves the batches
+                return frozenset({"batch", "moved"})
             return frozenset({"batch"})
         base = self.facts(it, env)
         if "batch" in base:
@@ -130,6 +245,13 @@ class Dataflow:
         return EMPTY
 
     def _bind(self, target, value, vf: frozenset, env: dict) -> None:
+        if isinstance(target, (cst.Tuple, cst.List)) and value is None and "param" in vf:
+            # for name, p in m.named_parameters() / for a, b in zip(m1.parameters(), ...)
+            elts = [e.value for e in target.elements]
+            kinds = _param_tuple_kinds(self._loop_iter_of(target), len(elts))
+            for te, k in zip(elts, kinds):
+                self._bind(te, None, frozenset({"param"}) if k else EMPTY, env)
+            return
         if isinstance(target, (cst.Tuple, cst.List)):
             elts = [e.value for e in target.elements]
             if isinstance(value, (cst.Tuple, cst.List)) and len(value.elements) == len(elts):
@@ -137,7 +259,11 @@ class Dataflow:
                     self._bind(te, ve.value, self.facts(ve.value, env), env)
             else:
                 elem = vf - {"loss"} if "batch" not in vf else frozenset({"batch"} | (vf & {"moved"}))
-                for te in elts:
+                for i, te in enumerate(elts):
+                    if i == 1 and len(elts) == 2 and _values_indices_call(value):
+                        # _, pred = out.max(1): the indices carry no graph
+                        self._bind(te, None, (elem - {"graph", "grad_in"}) | {"indices"}, env)
+                        continue
                     self._bind(te, None, elem, env)
             return
         if isinstance(target, cst.StarredElement):
@@ -154,33 +280,53 @@ class Dataflow:
         tp = type(e)
         if tp is cst.Name or tp is cst.Attribute:
             d = dotted(e)
-            if d is not None:
-                if d in env:
-                    return env[d]
+            if d is not None and d in env:
+                return env[d]
+            if True:
                 if tp is cst.Attribute:
                     if e.attr.value in ("data",):
-                        return _strip(self.facts(e.value, env), "graph") | {"data"}
+                        return _strip(self.facts(e.value, env), "graph", "grad_in", "saves_out",
+                                      "saved") | {"data"}
                     if e.attr.value == "grad":
                         return frozenset({"grad"})
                     base = self.facts(e.value, env)
+                    if e.attr.value in ("mT", "T", "H", "mH", "real", "imag"):
+                        return base
+                    if e.attr.value in ("values", "indices"):  # torch.max(...) results
+                        out = base & {"graph", "grad_in", "batch", "moved"}
+                        return out | {"indices"} if e.attr.value == "indices" else out
+                    if "model_out" in base and e.attr.value == "loss":  # outputs.loss (transformers)
+                        return (base & {"graph", "grad_in"}) | {"loss"}
+                    if "model_out" in base and e.attr.value in ("logits", "last_hidden_state", "pooler_output"):
+                        return base & {"graph", "grad_in", "model_out"}
                     return base & {"batch", "moved"}
             return EMPTY
         if tp is cst.Call:
             return self._call_facts(e, env)
         if tp is cst.Subscript:
-            return self.facts(e.value, env) - {"loss"} if False else self.facts(e.value, env)
+            base = self.facts(e.value, env)
+            if "moved_inplace" in base and any(isinstance(el.slice, cst.Index) and
+                                               isinstance(el.slice.value, cst.SimpleString) for el in e.slice):
+                return base | {"moved"}  # batch["input_ids"] after batch.to(device)
+            return base
         if tp is cst.BinaryOperation:
             lf, rf = self.facts(e.left, env), self.facts(e.right, env)
             both = lf | rf
-            keep = both & {"graph", "loss", "batch", "moved"}
+            keep = both & {"graph", "loss", "batch", "moved", "grad_in"}
+            if "batch" in both and type(e.operator).__name__ in ("Multiply", "Add", "Subtract"):
+                # lam * y_a + (1 - lam) * y_b: mixed (soft) targets
+                if not _is_constant(e.left) and not _is_constant(e.right):
+                    keep = keep | {"soft"}
+            if "soft" in both:
+                keep = keep | {"soft"}
             return keep
         if tp is cst.UnaryOperation:
-            return self.facts(e.expression, env) & {"graph", "loss"}
+            return self.facts(e.expression, env) & {"graph", "loss", "grad_in"}
         if tp in (cst.Tuple, cst.List):
             out = EMPTY
             for el in e.elements:
                 out = out | self.facts(el.value, env)
-            return out & {"graph", "loss", "batch", "moved"}
+            return out & {"graph", "loss", "batch", "moved", "grad_in", "param_in"}
         if tp is cst.DictComp:
             return self._dictcomp_facts(e, env)
         if tp is cst.IfExp:
@@ -205,56 +351,256 @@ class Dataflow:
         out: frozenset
         if op is not None and op.kind == FORWARD:
             out = frozenset({"graph", "model_out"}) | self.mm.forward_output_facts(self.fn, op)
+            ctor = constructor_qual(self.mm, self.fn, op.target)
+            if ctor in _SAVES_OUT_MODULES:
+                out = out | {"saves_out"}
         elif op is not None and op.kind == LOSS:
             out = frozenset({"graph", "loss"})
+        elif op is not None and op.kind == CALL:
+            # a function of the linted tree: what its summary says it returns
+            out = self.mm.call_result_facts(self.fn, op, [self.facts(a.value, env) for a in e.args])
         elif q in catalog.SOFTMAX_FUNCS:
-            out = self._arg0(e, env) & {"graph", "detached", "batch", "moved"} | {"probs"}
+            out = self._arg0(e, env) & {"graph", "detached", "batch", "moved", "grad_in"} | {"probs", "saves_out"}
         elif q in catalog.LOG_SOFTMAX_FUNCS:
-            out = self._arg0(e, env) & {"graph", "detached", "moved"} | {"logprobs"}
+            out = self._arg0(e, env) & {"graph", "detached", "moved", "grad_in"} | {"logprobs", "saves_out"}
         elif q in catalog.SIGMOID_FUNCS:
-            out = self._arg0(e, env) & {"graph", "detached", "moved"} | {"sigmoid"}
+            out = self._arg0(e, env) & {"graph", "detached", "moved", "grad_in"} | {"sigmoid", "saves_out"}
+        elif q in _SAVES_OUT_FUNCS:
+            out = self._arg0(e, env) & {"graph", "detached", "moved", "grad_in"} | {"saves_out"}
+        elif q in ("torch.nn.functional.one_hot",):
+            out = (self._arg0(e, env) & {"batch", "moved"}) | {"soft"}
+        elif q in ("torch.randint", "torch.argmax", "torch.randperm", "torch.multinomial"):
+            out = frozenset({"fresh", "indices"})
         elif q in catalog.FRESH_FACTORIES:
             out = frozenset({"fresh"})
+            if q == "torch.tensor" and _dtype_is_float(e):
+                out = out | {"float"}
         elif q in ("torch.log",) and e.args:
             a = self._arg0(e, env)
-            out = (a - {"probs"}) | ({"logprobs"} if "probs" in a else EMPTY)
+            out = (a - {"probs", "saves_out", "saved", "param", "fresh"}) | ({"logprobs"} if "probs" in a else EMPTY)
         elif isinstance(func, cst.Attribute):
             m = func.attr.value
             base = self.facts(func.value, env)
             if m == "detach":
-                out = _strip(base, "graph") | {"detached"}
+                out = _strip(base, "graph", "grad_in") | {"detached"}
             elif m in _SCALAR_METHODS:
                 out = frozenset({"scalar"})
             elif m in _DEVICE_METHODS:
                 out = base | {"moved"}
-            elif m in ("float", "double", "half"):
+                if _dtype_is_float(e):
+                    out = out | {"float"}
+                elif _dtype_is_int(e):
+                    out = out - {"float"}
+            elif m in ("float", "double", "half", "bfloat16"):
+                out = base | {"float"}
+            elif m == "type" and _dtype_is_float(e):
                 out = base | {"float"}
             elif m in ("long", "int"):
-                out = base - {"float"}
+                out = (base - {"float"}) | {"indices"}
             elif m == "softmax":
-                out = (base & {"graph", "detached"}) | {"probs"}
+                out = (base & {"graph", "detached", "grad_in"}) | {"probs", "saves_out"}
             elif m == "log_softmax":
-                out = (base & {"graph", "detached"}) | {"logprobs"}
+                out = (base & {"graph", "detached", "grad_in"}) | {"logprobs", "saves_out"}
             elif m == "sigmoid":
-                out = (base & {"graph", "detached"}) | {"sigmoid"}
+                out = (base & {"graph", "detached", "grad_in"}) | {"sigmoid", "saves_out"}
             elif m == "log" and "probs" in base:
                 out = (base - {"probs"}) | {"logprobs"}
             elif m == "clone":
                 out = base | {"fresh"}
+            elif m in ("new_zeros", "new_ones", "new_empty", "new_full", "new_tensor"):
+                out = frozenset({"fresh"})
+            elif m in _SAVES_OUT_METHODS:
+                out = (base & {"graph", "detached", "moved", "grad_in"}) | {"saves_out"}
             elif m in _KEEP_METHODS:
                 out = base
-            elif m in ("argmax", "max", "eq", "topk", "sort"):
+            elif m in ("argmax", "argmin"):
+                out = (base - {"loss", "probs", "sigmoid", "logprobs", "float", "soft", "graph",
+                               "grad_in"}) | {"indices"}
+            elif m in ("eq", "ne"):
+                out = base - {"loss", "probs", "sigmoid", "logprobs", "graph", "grad_in"}
+            elif m in ("max", "topk", "sort"):
                 out = base - {"loss", "probs", "sigmoid", "logprobs"}
+            elif m == "cpu":
+                out = base & {"graph", "loss", "batch", "grad_in", "detached", "model_out", "scalar"}
             else:
-                out = base & {"graph", "batch", "moved"}
+                out = base & {"graph", "batch", "moved", "grad_in"}
+            if m not in _VIEW_METHODS and m not in _SAVES_OUT_METHODS:
+                out = out.difference(_ALIAS_FACTS)
+            if m == "clone" or m in ("new_zeros", "new_ones", "new_empty", "new_full", "new_tensor"):
+                out = out - {"data"}
         else:
             d = dotted(func)
             if d in ("float", "int"):
                 out = frozenset({"scalar"})
+            elif d == "nn.Parameter" or q in ("torch.nn.Parameter", "torch.nn.parameter.Parameter"):
+                out = frozenset({"param"})
             else:
                 out = EMPTY
+                if d and any(n in d.lower() for n in _SOFT_NAMES):
+                    out = frozenset({"soft"})
         if grad_off:
-            out = _strip(out, "graph")
+            out = _strip(out, "graph", "grad_in")
+        return out
+
+    # ---------------------------------------------------------------- in-place ops
+    def _loop_iter_of(self, target):
+        return self._loop_iters.get(id(target))
+
+    def _add_inplace(self, op, node, facts, how, target) -> None:
+        if "data" in facts:
+            return  # through ``.data``: the data-attribute rule's business
+        key = (id(op), how, id(target))
+        old = self._inplace.get(key)
+        if old is not None:
+            old.facts = old.facts | facts
+            return
+        self._inplace[key] = Inplace(op, node, frozenset(facts), how, target)
+
+    def _add_data(self, node, env, op, write=False, assign=False) -> None:
+        key = id(node)
+        base = node.value
+        old = self._data.get(key)
+        f = self.facts(base, env)
+        path = dotted(base)
+        if path and _is_param_path(self.mm, path):
+            f = f | {"param"}
+        if old is not None:
+            old.facts = old.facts | f
+            old.write = old.write or write
+            old.assign = old.assign or assign
+            return
+        self._data[key] = DataAccess(op, node, f, write, path, assign)
+
+    def _scan_data(self, expr, env, op) -> None:
+        """Record every ``x.data`` read inside ``expr`` (writes are marked by the callers)."""
+        stack = [(expr, env)]
+        while stack:
+            e, en = stack.pop()
+            if e is None or isinstance(e, (cst.Name, cst.Integer, cst.Float, cst.SimpleString, cst.Lambda)):
+                continue
+            if isinstance(e, cst.Attribute) and e.attr.value == "data":
+                self._add_data(e, en, op)
+            if isinstance(e, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)):
+                en = dict(en)
+                f = e.for_in
+                while f is not None:
+                    if _is_param_iter(f.iter) or "params" in self.facts(f.iter, en):
+                        t = f.target
+                        if isinstance(t, (cst.Name, cst.Attribute)):
+                            en[dotted(t)] = frozenset({"param"})
+                        elif isinstance(t, cst.Tuple):
+                            kinds = _param_tuple_kinds(f.iter, len(t.elements))
+                            for el, k in zip(t.elements, kinds):
+                                d = dotted(el.value)
+                                if d and k:
+                                    en[d] = frozenset({"param"})
+                    f = f.inner_for_in
+            for child in e.children:
+                if isinstance(child, cst.CSTNode) and not isinstance(child, cst.BaseSuite):
+                    stack.append((child, en))
+
+    def _call_inplace(self, op: CallOp, env) -> None:
+        attr = op.attr
+        q = op.qual or ""
+        if attr and attr.endswith("_") and not attr.startswith("_") and attr not in _NOT_INPLACE \
+                and op.recv_node is not None and not op.qual:
+            r = op.recv_node
+            if isinstance(r, cst.Attribute) and r.attr.value == "data":
+                self._add_data(r, env, op, write=True)
+            elif isinstance(r, cst.Subscript) and isinstance(r.value, cst.Attribute) and r.value.attr.value == "data":
+                self._add_data(r.value, env, op, write=True)
+            else:
+                f = op.recv_facts
+                path = dotted(r)
+                if path and "param" not in f and _is_self_param(self.mm, self.fn, path):
+                    f = f | {"param"}
+                self._add_inplace(op, op.node, f, "method", r)
+        if op.args and (q in _INPLACE_FUNCS or (q in _INPLACE_KW_FUNCS and _kw_true(op, "inplace"))):
+            self._add_inplace(op, op.node, op.arg_facts[0], "func", op.args[0].value)
+        for i, a in enumerate(op.args):
+            if a.keyword is not None and a.keyword.value == "out" and i < len(op.arg_facts):
+                self._add_inplace(op, op.node, op.arg_facts[i], "out", a.value)
+        if op.kind == FORWARD and op.args and op.args[0].keyword is None:
+            call = constructor_call(self.mm, self.fn, op.target)
+            if call is not None and _ctor_qual(self.mm, call) in _INPLACE_MODULES and _ctor_inplace(call):
+                self._add_inplace(op, op.node, op.arg_facts[0], "activation", op.args[0].value)
+
+    def _assign_inplace(self, op: AssignOp, env) -> None:
+        for t in op.targets:
+            self._target_inplace(op, t, env)
+
+    def _target_inplace(self, op, t, env) -> None:
+        if isinstance(t, (cst.Tuple, cst.List)):
+            for el in t.elements:
+                self._target_inplace(op, el.value, env)
+            return
+        if isinstance(t, cst.Attribute) and t.attr.value == "data":
+            self._add_data(t, env, op, write=True, assign=op.aug is None)
+            return
+        if isinstance(t, cst.Subscript):
+            base = t.value
+            if isinstance(base, cst.Attribute) and base.attr.value == "data":
+                self._add_data(base, env, op, write=True)
+                return
+            for el in t.slice:
+                self._scan_data(el.slice, env, op)
+            self._add_inplace(op, op.node, self.facts(base, env), "setitem", base)
+            return
+        if op.aug is not None and isinstance(t, (cst.Name, cst.Attribute)):
+            f = self.facts(t, env)
+            path = dotted(t)
+            if path and "param" not in f and _is_self_param(self.mm, self.fn, path):
+                f = f | {"param"}
+            self._add_inplace(op, op.node, f, "aug", t)
+
+    # ---------------------------------------------------------------- saved operands
+    def _mark_saved_call(self, op: CallOp, env) -> dict:
+        names = []
+        if op.qual in _SAVING_FUNCS:
+            vals = [a.value for a in op.args if a.keyword is None]
+            facts = [self.facts(v, env) for v in vals]
+            for i, v in enumerate(vals):
+                if any(f & _GRAPHY for j, f in enumerate(facts) if j != i):
+                    names.append((v, facts[i]))
+        elif op.attr in _SAVING_METHODS and op.recv_node is not None and op.args:
+            other = op.args[0].value
+            of = self.facts(other, env)
+            if of & _GRAPHY:
+                names.append((op.recv_node, op.recv_facts))
+            if op.recv_facts & _GRAPHY:
+                names.append((other, of))
+        env = self._mark(names, env)
+        for a in op.args:
+            env = self._mark_saved(a.value, env)
+        return env
+
+    def _mark_saved(self, expr, env) -> dict:
+        names = []
+        stack = [expr]
+        while stack:
+            e = stack.pop()
+            if e is None or isinstance(e, (cst.Lambda, cst.Call)):
+                continue
+            if isinstance(e, cst.BinaryOperation) and type(e.operator).__name__ in _SAVING_BINOPS:
+                lf, rf = self.facts(e.left, env), self.facts(e.right, env)
+                if rf & _GRAPHY:
+                    names.append((e.left, lf))
+                if lf & _GRAPHY:
+                    names.append((e.right, rf))
+            for child in e.children:
+                if isinstance(child, cst.BaseExpression):
+                    stack.append(child)
+        return self._mark(names, env)
+
+    def _mark(self, names, env) -> dict:
+        out = env
+        for node, f in names:
+            d = dotted(node) if isinstance(node, (cst.Name, cst.Attribute)) else None
+            if not d or d not in env or not (f & (_GRAPHY | {"fresh", "batch"})) or "saved" in f:
+                continue
+            if out is env:
+                out = dict(env)
+            out[d] = out[d] | {"saved"}
         return out
 
     def _arg0(self, e: cst.Call, env) -> frozenset:
@@ -280,3 +626,350 @@ def _all_calls(block):
         elif isinstance(op, BranchOp):
             for arm in op.arms:
                 yield from _all_calls(arm)
+
+
+# -------------------------------------------------------------------- helpers
+def _in_module_method(mm, fn) -> bool:
+    f = fn
+    while f is not None:
+        if f.cls is not None:
+            return mm.class_is_module(f.cls)
+        f = f.parent
+    return False
+
+
+_PARAM_ITER_METHODS = ("parameters", "named_parameters")
+
+
+def _is_param_iter(it) -> bool:
+    """``m.parameters()``, ``m.named_parameters()``, ``zip``/``chain``/``list`` of them."""
+    if not isinstance(it, cst.Call):
+        return False
+    f = it.func
+    if isinstance(f, cst.Attribute) and f.attr.value in _PARAM_ITER_METHODS:
+        return True
+    d = dotted(f) or ""
+    if d.rsplit(".", 1)[-1] in ("zip", "chain", "list", "tuple", "enumerate", "filter", "reversed"):
+        return any(_is_param_iter(a.value) for a in it.args)
+    return False
+
+
+def _param_tuple_kinds(it, n: int) -> list:
+    """For a tuple loop target over ``it``: which elements are parameters."""
+    if isinstance(it, cst.Call):
+        f = it.func
+        d = dotted(f) or ""
+        if isinstance(f, cst.Attribute) and f.attr.value == "named_parameters":
+            return [False] * (n - 1) + [True]
+        last = d.rsplit(".", 1)[-1]
+        if last == "zip":
+            return [_is_param_iter(a.value) for a in it.args][:n] + [False] * max(0, n - len(it.args))
+        if last == "enumerate" and it.args:
+            return [False] + [_is_param_iter(it.args[0].value)] * (n - 1)
+    return [False] * n
+
+
+def _is_constant(e) -> bool:
+    if isinstance(e, (cst.Integer, cst.Float)):
+        return True
+    if isinstance(e, cst.UnaryOperation):
+        return _is_constant(e.expression)
+    if isinstance(e, cst.BinaryOperation):
+        return _is_constant(e.left) and _is_constant(e.right)
+    return False
+
+
+_FLOAT_DTYPES = {"torch.float", "torch.float32", "torch.float64", "torch.double", "torch.half",
+                 "torch.float16", "torch.bfloat16", "torch.FloatTensor", "torch.cuda.FloatTensor",
+                 "torch.DoubleTensor", "torch.cuda.DoubleTensor", "float"}
+_INT_DTYPES = {"torch.long", "torch.int64", "torch.int", "torch.int32", "torch.LongTensor",
+               "torch.cuda.LongTensor"}
+
+
+def _dtype_arg(call: cst.Call):
+    for a in call.args:
+        v = a.value
+        if a.keyword is not None and a.keyword.value != "dtype":
+            continue
+        d = dotted(v)
+        if d:
+            yield d
+        elif isinstance(v, cst.SimpleString):
+            yield v.value.strip("'\"")
+
+
+def _dtype_is_float(call: cst.Call) -> bool:
+    return any(d in _FLOAT_DTYPES for d in _dtype_arg(call))
+
+
+def _dtype_is_int(call: cst.Call) -> bool:
+    return any(d in _INT_DTYPES for d in _dtype_arg(call))
+
+
+def _kw_true(op, name: str) -> bool:
+    a = op.keyword(name)
+    return a is not None and isinstance(a.value, cst.Name) and a.value.value == "True"
+
+
+def _ctor_inplace(call: cst.Call) -> bool:
+    for a in call.args:
+        v = a.value
+        if isinstance(v, cst.Name) and v.value == "True" and (a.keyword is None or a.keyword.value == "inplace"):
+            return True
+    return False
+
+
+def _ctor_qual(mm, call: cst.Call) -> Optional[str]:
+    d = dotted(call.func)
+    return (mm.qualify(d) or d) if d else None
+
+
+def constructor_call(mm, fn, path: Optional[str]) -> Optional[cst.Call]:
+    """The call that built the object at ``path`` (``self.relu = nn.ReLU(inplace=True)``,
+    ``model = nn.Sequential(...)``), looked up in the function, its parents, the class
+    (and its bases in this module) and the module; ``None`` when unknown or ambiguous."""
+    if not path:
+        return None
+    cache = mm.__dict__.setdefault("_ctor_cache", {})
+    key = (id(fn), path)
+    if key in cache:
+        return cache[key]
+    cache[key] = None
+    found = None
+    if path.startswith("self.") and path.count(".") == 1:
+        cls = None
+        f = fn
+        while f is not None and cls is None:
+            cls, f = f.cls, f.parent
+        seen = 0
+        while cls is not None and found is None and seen < 8:
+            for op in cls.attr_values.get(path, ()):
+                if isinstance(op.value, cst.Call):
+                    found = op.value
+                    break
+            nxt = None
+            for raw in cls.raw_bases:
+                nxt = mm.find_class(raw)
+                if nxt is not None:
+                    break
+            cls, seen = nxt, seen + 1
+    elif "." not in path:
+        f = fn
+        while f is not None and found is None:
+            found = _assigned_call(f, path)
+            f = f.parent
+        if found is None and not fn.is_module_level:
+            found = _assigned_call(mm.module_function, path)
+    cache[key] = found
+    return found
+
+
+def constructor_qual(mm, fn, path: Optional[str]) -> Optional[str]:
+    call = constructor_call(mm, fn, path)
+    return _ctor_qual(mm, call) if call is not None else None
+
+
+def _assigned_call(fn, name: str) -> Optional[cst.Call]:
+    hits = []
+    for op in walk(fn.body):
+        if isinstance(op, AssignOp) and op.aug is None and isinstance(op.value, cst.Call):
+            for t in op.targets:
+                if isinstance(t, cst.Name) and t.value == name:
+                    hits.append(op.value)
+    if not hits:
+        return None
+    # one constructor (or several of the same class) decides
+    quals = {dotted(h.func) for h in hits}
+    return hits[0] if len(quals) == 1 else None
+
+
+def _param_attrs(mm) -> set:
+    """Attribute names assigned ``nn.Parameter(...)`` in any class of the module."""
+    r = mm.__dict__.get("_param_attr_names")
+    if r is None:
+        r = set()
+        for cls in mm.classes.values():
+            for path, ops in cls.attr_values.items():
+                for op in ops:
+                    v = op.value
+                    if isinstance(v, cst.Call) and (dotted(v.func) or "").rsplit(".", 1)[-1] == "Parameter":
+                        r.add(path.split(".", 1)[1])
+        mm.__dict__["_param_attr_names"] = r
+    return r
+
+
+def _is_param_path(mm, path: str) -> bool:
+    """A dotted path that names a parameter: ``m.weight``, ``self.fc.bias``, ``self.pos_embed``
+    (assigned ``nn.Parameter`` in a class of the module)."""
+    if "." not in path:
+        return False
+    last = path.rsplit(".", 1)[-1]
+    if last in ("weight", "bias"):
+        return True
+    return last in _param_attrs(mm)
+
+
+def _is_self_param(mm, fn, path: str) -> bool:
+    return path.startswith("self.") and path.count(".") == 1 and path[5:] in _param_attrs(mm)
+
+
+def _is_statement_call(op) -> bool:
+    """The call is a whole expression statement (its value is discarded)."""
+    stmt = op.stmt
+    return isinstance(stmt, cst.SimpleStatementLine) and any(
+        isinstance(s, cst.Expr) and s.value is op.node for s in stmt.body)
+
+
+def _values_indices_call(value) -> bool:
+    """``x.max(dim)`` / ``torch.max(x, dim)`` / ``topk`` / ``sort``: a (values, indices) pair."""
+    if not isinstance(value, cst.Call):
+        return False
+    func = value.func
+    name = func.attr.value if isinstance(func, cst.Attribute) else None
+    if name not in ("max", "min", "topk", "sort", "kthvalue", "median", "mode", "cummax", "cummin"):
+        return False
+    recv = dotted(func.value) if isinstance(func, cst.Attribute) else None
+    need = 2 if recv == "torch" else 1
+    return len(value.args) >= need or name in ("topk", "sort")
+
+
+# -------------------------------------------------------------------- what a model returns
+_PASSTHROUGH = {"to", "cuda", "cpu", "train", "eval", "half", "float", "double", "bfloat16",
+                "requires_grad_", "to_empty", "share_memory"}
+_MODEL_WRAPPERS = {"torch.nn.DataParallel", "torch.nn.parallel.DistributedDataParallel",
+                   "torch.nn.parallel.DataParallel", "torch.compile", "torch.jit.script",
+                   "torch.nn.SyncBatchNorm.convert_sync_batchnorm", "copy.deepcopy"}
+_LAYER_OUTPUT = {
+    "torch.nn.Softmax": "probs", "torch.nn.Softmax2d": "probs", "torch.nn.LogSoftmax": "logprobs",
+    "torch.nn.Sigmoid": "sigmoid", "torch.nn.Linear": "logits", "torch.nn.LazyLinear": "logits",
+    "torch.nn.Bilinear": "logits", "torch.nn.Conv1d": "logits", "torch.nn.Conv2d": "logits",
+    "torch.nn.Conv3d": "logits",
+}
+
+
+def value_constructors(mm, fn, path, depth: int = 0) -> list:
+    """``[(function, call)]``: the calls that built the object at ``path`` in ``fn`` - its own
+    assignment, or, for a parameter of ``fn``, what the callers in this module pass."""
+    if not path or depth > 4:
+        return []
+    call = constructor_call(mm, fn, path)
+    if call is not None:
+        return [(fn, call)]
+    if "." in path or path not in fn.params:
+        return []
+    out = []
+    params = [p for p in fn.params if not p.startswith("*")]
+    idx = params.index(path)
+    if params and params[0] == "self":
+        idx -= 1
+    for caller, op in mm.callers(fn):
+        arg = None
+        for a in op.args:
+            if a.keyword is not None and a.keyword.value == path:
+                arg = a
+        if arg is None:
+            positional = [a for a in op.args if a.keyword is None and not a.star]
+            if 0 <= idx < len(positional):
+                arg = positional[idx]
+        if arg is None:
+            continue
+        v = arg.value
+        if isinstance(v, cst.Call):
+            out.append((caller, v))
+        elif isinstance(v, (cst.Name, cst.Attribute)):
+            out.extend(value_constructors(mm, caller, dotted(v), depth + 1))
+    return out
+
+
+def model_output_facts(mm, fn, path) -> frozenset:
+    """What calling the model at ``path`` returns: ``probs``/``logprobs``/``sigmoid`` when it
+    ends in a softmax/log-softmax/sigmoid layer, ``logits`` when it ends in a linear layer."""
+    out = EMPTY
+    for f, call in value_constructors(mm, fn, path):
+        out = out | call_output_facts(mm, f, call)
+    return out
+
+
+def call_output_facts(mm, fn, call, depth: int = 0) -> frozenset:
+    """Output facts of the module that ``call`` constructs (or a factory call returns)."""
+    if depth > 6 or not isinstance(call, cst.Call):
+        return EMPTY
+    func = call.func
+    if isinstance(func, cst.Attribute) and func.attr.value in _PASSTHROUGH:
+        v = func.value
+        if isinstance(v, cst.Call):
+            return call_output_facts(mm, fn, v, depth + 1)
+        return model_output_facts(mm, fn, dotted(v)) if isinstance(v, (cst.Name, cst.Attribute)) else EMPTY
+    d = dotted(func)
+    if not d:
+        return EMPTY
+    q = mm.qualify(d) or d
+    if q in _MODEL_WRAPPERS and call.args:
+        v = call.args[0].value
+        if isinstance(v, cst.Call):
+            return call_output_facts(mm, fn, v, depth + 1)
+        return model_output_facts(mm, fn, dotted(v)) if isinstance(v, (cst.Name, cst.Attribute)) else EMPTY
+    if q in _LAYER_OUTPUT:
+        return frozenset({_LAYER_OUTPUT[q]})
+    if q in ("torch.nn.Sequential",):
+        return _last_layer_facts(mm, fn, call.args, depth)
+    cls = mm.find_class(d)
+    if cls is not None:
+        return mm.class_forward_facts(cls) if mm.class_is_module(cls) else EMPTY
+    target = mm.functions.get(d)
+    if target is not None:
+        out = EMPTY
+        for op in walk(target.body):
+            if isinstance(op, ReturnOp) and op.value is not None:
+                v = op.value
+                if isinstance(v, cst.Call):
+                    out = out | call_output_facts(mm, target, v, depth + 1)
+                elif isinstance(v, cst.Name):
+                    out = out | model_output_facts(mm, target, v.value)
+        return out
+    ext = mm.external_class_name(d) if hasattr(mm, "external_class_name") else None
+    if ext:
+        return mm.external_forward_facts(ext)
+    return EMPTY
+
+
+def _last_layer_facts(mm, fn, args, depth: int) -> frozenset:
+    layers = [a.value for a in args if a.keyword is None]
+    if not layers or any(a.star for a in args):
+        return EMPTY
+    last = layers[-1]
+    if isinstance(last, cst.Call):
+        return call_output_facts(mm, fn, last, depth + 1)
+    if isinstance(last, (cst.Name, cst.Attribute)):
+        return model_output_facts(mm, fn, dotted(last))
+    return EMPTY
+
+
+def sequential_class_output(mm, cls) -> frozenset:
+    """``class Net(nn.Sequential)`` without a forward: its last layer, from
+    ``super().__init__(...)`` in ``__init__``."""
+    if not any(b == "torch.nn.Sequential" for b in cls.bases):
+        return EMPTY
+    init = cls.methods.get("__init__")
+    if init is None:
+        return EMPTY
+    for op in walk(init.body):
+        if isinstance(op, CallOp) and op.attr == "__init__" and isinstance(op.recv_node, cst.Call) \
+                and dotted(op.recv_node.func) == "super":
+            return _last_layer_facts(mm, init, op.args, 0)
+    return EMPTY
+
+
+def loss_kind(mm, fn, op) -> Optional[str]:
+    """The kind of a loss call (cross-entropy, NLL, BCE ...), following a criterion passed in."""
+    if op.info in (catalog.CE, catalog.NLL, catalog.BCE, catalog.BCE_LOGITS):
+        return op.info
+    kinds = set()
+    for _, call in value_constructors(mm, fn, op.target or op.func):
+        d = dotted(call.func)
+        q = (mm.qualify(d) or d) if d else None
+        if q:
+            kinds.add(catalog.role_of_constructor(q)[1])
+    if len(kinds) == 1:
+        return kinds.pop()
+    return op.info

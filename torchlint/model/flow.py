@@ -168,10 +168,11 @@ def summarize(mm, fn) -> dict:
     """The summary of ``fn`` for its callers (a JSON-serialisable dict)."""
     flow = mm.flow(fn)
     keys = [p for p in fn.params if not p.startswith("*") and p not in ("cls",)]
+    free = free_names(mm, fn)
     origin = f"`{fn.name}()` at {mm.display_path}:{mm.def_line(fn)}"
     exit_modes = {}
     for path, modes in flow.final.items():
-        key = _key_for(fn, path, keys)
+        key = _key_for(fn, path, keys, free)
         if key is None:
             continue
         ms = {m for m, _ in modes}
@@ -182,12 +183,14 @@ def summarize(mm, fn) -> dict:
     trains_in_entry, evals_in_entry = set(), set()
     for op in function_events(fn, (FORWARD,)):
         modes = flow.at.get(id(op), frozenset())
-        key = _key_for(fn, norm_path(op.target), keys)
+        key = _key_for(fn, norm_path(op.target), keys, free)
         if key is None or not any(m == ENTRY for m, _ in modes):
             continue
-        in_training = trains and (op.loop is None or _loop_or_outer_trains(op.loop))
-        if in_training:
-            trains_in_entry.add(key)
+        if trains:
+            # a forward under no_grad, or of a frozen model, is not the one being trained
+            if op.grad != GRAD_OFF and (op.loop is None or _loop_or_outer_trains(op.loop)) \
+                    and not mm.resolver.frozen(fn, norm_path(op.target)):
+                trains_in_entry.add(key)
         elif op.grad == GRAD_OFF or fn.decorator_grad == GRAD_OFF:
             evals_in_entry.add(key)
     # transitive through calls
@@ -200,13 +203,13 @@ def summarize(mm, fn) -> dict:
         for ckey in s.get("trains_in_entry", ()):
             path = argmap.get(ckey)
             if path and any(m == ENTRY for m, _ in modes_at.get(ckey, frozenset())):
-                k = _key_for(fn, norm_path(path), keys)
+                k = _key_for(fn, norm_path(path), keys, free)
                 if k:
                     trains_in_entry.add(k)
         for ckey in s.get("evals_in_entry", ()):
             path = argmap.get(ckey)
             if path and any(m == ENTRY for m, _ in modes_at.get(ckey, frozenset())):
-                k = _key_for(fn, norm_path(path), keys)
+                k = _key_for(fn, norm_path(path), keys, free)
                 if k:
                     evals_in_entry.add(k)
     calls = function_events(fn, (CALL,))
@@ -217,6 +220,8 @@ def summarize(mm, fn) -> dict:
         "path": mm.display_path,
         "line": mm.def_line(fn),
         "params": keys,
+        "free": sorted({k.split(".", 1)[0] for k in list(exit_modes) + sorted(trains_in_entry)
+                        + sorted(evals_in_entry) if k.split(".", 1)[0] in free}),
         "exit_modes": exit_modes,
         "trains_in_entry": sorted(trains_in_entry),
         "evals_in_entry": sorted(evals_in_entry),
@@ -241,11 +246,45 @@ def _loop_or_outer_trains(loop) -> bool:
     return False
 
 
-def _key_for(fn, path: Optional[str], keys) -> Optional[str]:
+def _key_for(fn, path: Optional[str], keys, free=()) -> Optional[str]:
     if not path:
         return None
     if path in keys:
         return path
     if path.startswith("self.") and fn.cls is not None:
         return path
+    if path.split(".", 1)[0] in free:
+        return path  # a variable of the enclosing function or module (closures, globals)
     return None
+
+
+def _assigned(fn) -> set:
+    out = set()
+    for op in walk(fn.body):
+        if isinstance(op, AssignOp):
+            for t in op.targets:
+                for d in _target_names(t):
+                    out.add(d)
+    return out
+
+
+def _target_names(t):
+    if isinstance(t, cst.Name):
+        yield t.value
+    elif isinstance(t, (cst.Tuple, cst.List)):
+        for e in t.elements:
+            yield from _target_names(e.value)
+
+
+def free_names(mm, fn) -> set:
+    """Names ``fn`` uses from an enclosing function or the module (closures and globals)."""
+    if fn.is_module_level:
+        return set()
+    own = set(fn.params) | _assigned(fn)
+    outer = set()
+    f = fn.parent
+    while f is not None:
+        outer |= set(f.params) | _assigned(f)
+        f = f.parent
+    outer |= _assigned(mm.module_function)
+    return outer - own - {"self", "cls"}

@@ -12,6 +12,7 @@ import libcst as cst
 
 from . import catalog
 from .binder import dotted
+from .flow import norm_path
 from .ir import (
     AUTOGRAD_GRAD, BACKWARD, CALL, CLEAR, FORWARD, GRAD_OFF, SCHED_STEP, STEP, AssignOp, BranchOp,
     CallOp, DefOp, LoopOp, walk,
@@ -194,3 +195,74 @@ def analysable_functions(mm) -> Iterator:
         if mm.is_module_method(fn):
             continue
         yield fn
+
+
+def clear_covers(mm, fn, c, step: CallOp, must: bool, n_opts: int = 1, stepped=frozenset()) -> bool:
+    """Does the clearing op ``c`` clear the gradients the optimizer of ``step`` applies?
+
+    ``must``: answer True only when sure (for reporting a clear as harmful); otherwise answer
+    True whenever it may (for deciding that gradients are cleared).  ``opt.zero_grad()`` clears
+    ``opt``; ``model.zero_grad()`` clears the optimizers whose parameters belong to ``model``
+    (from the optimizer's constructor: ``Adam(netG.parameters())``); ``p.grad = None`` and
+    helpers are taken to clear whatever is being trained.  ``stepped``: optimizers stepped in
+    the same loop (a differently named optimizer that is itself stepped is a different one).
+    """
+    unknown = (n_opts <= 1) if must else True
+    if not isinstance(c, CallOp) or c.kind != CLEAR or step.target is None:
+        return unknown
+    ct, st = norm_path(c.target), norm_path(step.target)
+    if ct == st:
+        return True
+    role = mm.resolver.of_path(fn, ct)[0] if ct else None
+    if role == catalog.OPTIMIZER:
+        if must:
+            return False
+        return ct not in stepped
+    if role == catalog.MODEL:
+        owners = mm.resolver.optimizer_owners(fn, st)
+        if owners is None:
+            return unknown
+        return any(_under(ct, o) or _under(o, ct) for o in owners)
+    return unknown
+
+
+def optimizer_owners_text(mm, fn, step: CallOp) -> Optional[str]:
+    owners = mm.resolver.optimizer_owners(fn, norm_path(step.target)) if step.target else None
+    if not owners:
+        return None
+    return ", ".join(f"`{o}`" for o in sorted(owners))
+
+
+def _under(path: str, parent: str) -> bool:
+    return path == parent or path.startswith(parent + ".")
+
+
+def local_function(target):
+    """``target`` if it is a function of this module (not an ExternalRef), else None."""
+    from .binder import FunctionModel
+
+    return target if isinstance(target, FunctionModel) else None
+
+
+def first_direct(fn, kind: str) -> Optional[CallOp]:
+    """The first event of ``kind`` written in ``fn`` itself (not in a helper)."""
+    for op in walk(fn.body):
+        if isinstance(op, CallOp) and op.kind == kind:
+            return op
+    return None
+
+
+def passes_as_argument(fn, path: str) -> bool:
+    """``path`` is passed to some call in ``fn`` that is not a training event (it may step it)."""
+    for op in walk(fn.body):
+        if isinstance(op, CallOp) and op.kind is None:
+            for a in op.args:
+                if norm_path(dotted(a.value)) == path:
+                    return True
+    return False
+
+
+def steps_or_updates(mm, fn) -> bool:
+    """``fn`` updates weights: an optimizer step (directly, in a closure or a helper) or a
+    manual parameter update."""
+    return any(is_kind(mm, o, STEP) for o in iteration(mm, fn, fn.body)) or manual_update(fn)

@@ -10,7 +10,7 @@ from . import catalog
 from .binder import dotted
 from .ir import (
     AUTOGRAD_GRAD, BACKWARD, CALL, CLEAR, FORWARD, LOSS, MODE, MOVE, SCHED_STEP, STEP,
-    AssignOp, CallOp, DefOp, walk,
+    AssignOp, CallOp, DefOp, LoopOp, walk,
 )
 
 # (role, info) where info is the loss kind for LOSS, the class name for MODEL
@@ -60,6 +60,10 @@ class RoleResolver:
                 cls = self.mm.find_class(d)
                 if cls is not None and self.mm.class_is_module(cls):
                     return (catalog.MODEL, cls.qualname)
+                if cls is None:  # a model class of another module of the linted tree
+                    ext = self.mm.external_class(d)
+                    if ext and ext.get("is_module"):
+                        return (catalog.MODEL, self.mm.external_class_name(d))
             if isinstance(func, cst.Attribute):
                 attr = func.attr.value
                 if attr in _PASSTHROUGH_METHODS:
@@ -97,9 +101,14 @@ class RoleResolver:
         q = self.mm.qualify(path)
         if q:
             role, info = catalog.role_of_constructor(q)
-            if role in (catalog.LOSS,):
-                return (None, None)  # a class, not an instance
+            if role is not None:
+                return (None, None)  # a class or factory (``timm.create_model``), not an instance
+        first = path.split(".", 1)[0]
+        if first in self.mm.functions or first in self.mm.classes:
+            return (None, None)  # a function or class of this module, not an instance
         guess = catalog.role_from_name(path)
+        if guess == catalog.MODEL and q and "." not in path:
+            return (None, None)  # an imported name is a function, class or module
         return (guess, None) if guess else (None, None)
 
     def _param_role(self, fn, name: str) -> Role:
@@ -113,6 +122,10 @@ class RoleResolver:
                 cls = self.mm.find_class(d)
                 if cls is not None and self.mm.class_is_module(cls):
                     return (catalog.MODEL, cls.qualname)
+                if cls is None:
+                    ext = self.mm.external_class(d)
+                    if ext and ext.get("is_module"):
+                        return (catalog.MODEL, self.mm.external_class_name(d))
         guess = catalog.role_from_name(name)
         return (guess, None) if guess else (None, None)
 
@@ -186,6 +199,283 @@ class RoleResolver:
             self._module_roles = self.local_roles(self.mm.module_function)
         return self._module_roles
 
+    # ----------------------------------------------------------- definitions
+    def definition(self, fn, path: str) -> Optional[tuple]:
+        """``(function, value)``: the first plain assignment that binds ``path``, as seen from ``fn``.
+
+        Follows enclosing functions, ``self`` attributes of the class and module globals; a
+        parameter has no definition here (``None``).  Tuple unpacking of ``accelerator.prepare``
+        and of tuple literals gives the matching element.
+        """
+        f = fn
+        while f is not None:
+            for op in walk(f.body):
+                if isinstance(op, AssignOp) and op.aug is None and op.value is not None:
+                    v = _value_bound_to(op, path)
+                    if v is not None:
+                        return f, v
+            if path in f.params or path.split(".", 1)[0] in f.params and not path.startswith("self."):
+                return None
+            f = f.parent
+        if path.startswith("self.") and fn is not None:
+            cls = fn.cls or (fn.parent.cls if fn.parent is not None else None)
+            seen = 0
+            while cls is not None and seen < 8:
+                for op in cls.attr_values.get(path, ()):
+                    if op.value is not None:
+                        v = _value_bound_to(op, path)
+                        if v is not None:
+                            return self._fn_of_class_op(cls, op), v
+                cls = next((self.mm.find_class(b) for b in cls.raw_bases if self.mm.find_class(b)), None)
+                seen += 1
+            return None
+        mf = self.mm.module_function
+        if fn is not mf:
+            for op in mf.body:
+                if isinstance(op, AssignOp) and op.aug is None and op.value is not None:
+                    v = _value_bound_to(op, path)
+                    if v is not None:
+                        return mf, v
+        return None
+
+    def optimizer_owners(self, fn, path: Optional[str]) -> Optional[frozenset]:
+        """The models whose parameters the optimizer at ``path`` updates, or ``None`` if unknown.
+
+        ``Adam(netG.parameters())`` -> ``{"netG"}``; ``SGD([{"params": m.fc.parameters()},
+        {"params": m.body.parameters()}])`` -> ``{"m.fc", "m.body"}``; ``create_optimizer_v2(model)``
+        -> ``{"model"}``.  Paths are in the namespace of the function that built the optimizer.
+        """
+        if not path:
+            return None
+        d = self.definition(fn, path)
+        if d is None:
+            return None
+        f, value = d
+        for _ in range(4):
+            if not isinstance(value, cst.Call):
+                return None
+            q = self.mm.qualify(dotted(value.func)) or ""
+            role = catalog.role_of_constructor(q)[0] if q else None
+            if role == catalog.OPTIMIZER:
+                a = _first_arg(value, "params") or _first_arg(value, "model")
+                return self._param_owners(f, a.value, 0) if a is not None else None
+            # wrappers: accelerator.prepare(opt), Lookahead(opt), ZeroRedundancyOptimizer(...)
+            a = _first_arg(value, None)
+            if a is None or not isinstance(a.value, (cst.Name, cst.Attribute)):
+                return None
+            inner = dotted(a.value)
+            if self.of_path(f, inner)[0] != catalog.OPTIMIZER:
+                return None
+            d = self.definition(f, inner)
+            if d is None:
+                return None
+            f, value = d
+        return None
+
+    def _param_owners(self, fn, e, depth: int) -> Optional[frozenset]:
+        if isinstance(e, cst.Call):
+            func = e.func
+            if isinstance(func, cst.Attribute) and func.attr.value in ("parameters", "named_parameters"):
+                d = dotted(func.value)
+                return frozenset({_strip_module(d)}) if d else None
+            name = dotted(func) or ""
+            last = name.rsplit(".", 1)[-1]
+            args = [a.value for a in e.args if a.keyword is None]
+            if last == "filter" and len(args) == 2:
+                return self._param_owners(fn, args[1], depth)
+            if last in ("list", "tuple", "set", "chain") and args:
+                return _union(self._param_owners(fn, a, depth) for a in args)
+            return None
+        if isinstance(e, cst.BinaryOperation) and isinstance(e.operator, cst.Add):
+            return _union([self._param_owners(fn, e.left, depth), self._param_owners(fn, e.right, depth)])
+        if isinstance(e, (cst.List, cst.Tuple)):
+            if not e.elements:
+                return None
+            return _union(self._param_owners(fn, el.value, depth) for el in e.elements)
+        if isinstance(e, cst.Dict):
+            for el in e.elements:
+                if isinstance(el, cst.DictElement) and isinstance(el.key, cst.SimpleString) \
+                        and el.key.evaluated_value == "params":
+                    return self._param_owners(fn, el.value, depth)
+            return None
+        if isinstance(e, (cst.ListComp, cst.GeneratorExp)) and e.for_in.inner_for_in is None:
+            return self._param_owners(fn, e.for_in.iter, depth)
+        if isinstance(e, (cst.Name, cst.Attribute)):
+            d = dotted(e)
+            if not d:
+                return None
+            if self.of_path(fn, d)[0] == catalog.MODEL:
+                return frozenset({_strip_module(d)})
+            if depth < 3:
+                df = self.definition(fn, d)
+                if df is not None:
+                    return self._param_owners(df[0], df[1], depth + 1)
+        return None
+
+    def optimizers_in_scope(self, fn) -> dict:
+        """path -> function that defines it, for every optimizer ``fn`` can see."""
+        out = {}
+        f = fn
+        while f is not None:
+            for path, (role, _) in self.local_roles(f).items():
+                if role == catalog.OPTIMIZER:
+                    out.setdefault(path, f)
+            for p in f.params:
+                if self.of_path(f, p)[0] == catalog.OPTIMIZER:
+                    out.setdefault(p, f)
+            f = f.parent
+        cls = fn.cls if fn is not None else None
+        if cls is not None:
+            for path, (role, _) in self.class_roles(cls).items():
+                if role == catalog.OPTIMIZER:
+                    out.setdefault(path, fn)
+        for path, (role, _) in self.module_roles().items():
+            if role == catalog.OPTIMIZER:
+                out.setdefault(path, self.mm.module_function)
+        return out
+
+    def frozen(self, fn, path: Optional[str]) -> Optional[str]:
+        """Why the model at ``path`` is not trained here, or ``None`` if it may be.
+
+        A model is frozen when ``requires_grad_(False)`` (or ``p.requires_grad = False`` over its
+        parameters) is applied to it, or a parent of it, and never undone; or when every
+        optimizer in scope has known parameters and none of them belongs to it.
+        """
+        path = _strip_module(path or "")
+        if not path:
+            return None
+        marks = self._freeze_marks()
+        key = self._scope_key(fn, path)
+        on = [p for k, p, v in marks if v and k == key[0] and _under(path, p)]
+        off = [p for k, p, v in marks if not v and k == key[0] and (_under(path, p) or _under(p, path))]
+        if on and not off:
+            return f"`{on[0]}` has `requires_grad` switched off"
+        if self.of_path(fn, path)[0] != catalog.MODEL:
+            return None
+        opts = self.optimizers_in_scope(fn)
+        if not opts:
+            return None
+        owners = set()
+        for opath, f in opts.items():
+            o = self.optimizer_owners(fn, opath)
+            if o is None:
+                return None
+            owners |= o
+        if owners and not any(_under(path, o) or _under(o, path) for o in owners):
+            return f"no optimizer updates `{path}` (they update {', '.join(sorted('`%s`' % o for o in owners))})"
+        return None
+
+    @staticmethod
+    def _scope_key(fn, path: str) -> tuple:
+        if path.startswith("self.") and fn is not None and fn.cls is not None:
+            return (("cls", fn.cls.qualname),)
+        f = fn
+        while f is not None and f.parent is not None:
+            f = f.parent
+        return ((("fn", id(f)),))
+
+    def _freeze_marks(self) -> list:
+        """``[(scope key, path, frozen?)]`` for every ``requires_grad`` switch in the module."""
+        if getattr(self, "_marks", None) is not None:
+            return self._marks
+        marks = []
+        for fn in self.mm.all_functions:
+            for op in walk(fn.body):
+                if isinstance(op, CallOp) and op.attr == "requires_grad_" and op.recv:
+                    v = _bool_arg(op, True)
+                    if v is not None and not op.recv.endswith(".grad"):
+                        marks.append((self._scope_key(fn, op.recv)[0], _strip_module(op.recv), not v))
+                elif isinstance(op, CallOp) and op.attr == "requires_grad_" and op.recv is None:
+                    pass
+            for loop in (o for o in walk(fn.body) if isinstance(o, LoopOp)):
+                it = loop.iter
+                if not (isinstance(it, cst.Call) and isinstance(it.func, cst.Attribute)
+                        and it.func.attr.value in ("parameters", "named_parameters")):
+                    continue
+                owner = dotted(it.func.value)
+                var = loop.target
+                if isinstance(var, cst.Tuple) and var.elements:
+                    var = var.elements[-1].value
+                vname = dotted(var) if isinstance(var, cst.Name) else None
+                if not owner or not vname:
+                    continue
+                for o in walk(loop.body):
+                    val = None
+                    if isinstance(o, AssignOp) and o.aug is None and len(o.targets) == 1 \
+                            and dotted(o.targets[0]) == f"{vname}.requires_grad":
+                        val = o.value
+                        v = val.value if isinstance(val, cst.Name) and val.value in ("True", "False") else None
+                        if v is not None and not o.guards[len(loop.guards):]:
+                            marks.append((self._scope_key(fn, owner)[0], _strip_module(owner), v == "False"))
+                        elif v is not None:
+                            marks.append((self._scope_key(fn, owner)[0], _strip_module(owner), False))
+                    elif isinstance(o, CallOp) and o.attr == "requires_grad_" and o.recv == vname:
+                        b = _bool_arg(o, True)
+                        if b is not None:
+                            marks.append((self._scope_key(fn, owner)[0], _strip_module(owner), not b))
+        self._marks = marks
+        return marks
+
+
+def _strip_module(p: str) -> str:
+    while p.endswith(".module"):
+        p = p[: -len(".module")]
+    return p
+
+
+def _under(path: str, parent: str) -> bool:
+    """``path`` is ``parent`` or one of its submodules."""
+    return path == parent or path.startswith(parent + ".")
+
+
+def _union(parts) -> Optional[frozenset]:
+    out = set()
+    for p in parts:
+        if p is None:
+            return None
+        out |= p
+    return frozenset(out)
+
+
+def _first_arg(call: cst.Call, keyword: Optional[str]) -> Optional[cst.Arg]:
+    if keyword is not None:
+        for a in call.args:
+            if a.keyword is not None and a.keyword.value == keyword:
+                return a
+    for a in call.args:
+        if a.keyword is None and not a.star:
+            return a
+    return None
+
+
+def _bool_arg(op: CallOp, default: Optional[bool]) -> Optional[bool]:
+    if not op.args:
+        return default
+    v = op.args[0].value
+    if isinstance(v, cst.Name) and v.value in ("True", "False"):
+        return v.value == "True"
+    return None
+
+
+def _value_bound_to(op: AssignOp, path: str):
+    value = op.value
+    for t in op.targets:
+        if dotted(t) == path:
+            return value
+        if isinstance(t, (cst.Tuple, cst.List)):
+            elts = [e.value for e in t.elements]
+            for i, te in enumerate(elts):
+                if dotted(te) != path:
+                    continue
+                if isinstance(value, (cst.Tuple, cst.List)) and len(value.elements) == len(elts):
+                    return value.elements[i].value
+                if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) \
+                        and value.func.attr.value in _PREPARE:
+                    args = [a.value for a in value.args if a.keyword is None]
+                    if i < len(args):
+                        return args[i]
+    return None
+
 
 # -------------------------------------------------------------------- classification
 _MODEL_LIKE = (catalog.MODEL,)
@@ -231,6 +521,10 @@ def classify(mm, fn, resolver: RoleResolver) -> None:
             elif role == catalog.SCALER:
                 a = op.arg(0)
                 op.kind, op.target = STEP, (dotted(a.value) if a is not None else None)
+        elif (q in catalog.OPTIMIZER_STEP_FUNCS or (op.func or "").rsplit(".", 1)[-1] == "optimizer_step") \
+                and op.arg(0) is not None and resolver.of_expr(fn, op.arg(0).value)[0] == catalog.OPTIMIZER:
+            # xm.optimizer_step(optimizer) (torch_xla) steps the optimizer it is given
+            op.kind, op.target = STEP, dotted(op.arg(0).value)
         elif attr in ("train", "eval") and op.recv_node is not None:
             role = resolver.of_expr(fn, op.recv_node)[0]
             if role == catalog.MODEL:

@@ -1,0 +1,324 @@
+"""Autograd: do not modify what backward needs, do not bypass autograd with `.data`, call
+modules, not their `forward`."""
+from __future__ import annotations
+
+import re
+
+from torchlint.model import catalog
+from torchlint.model.ir import BACKWARD, GRAD_OFF, STEP, CallOp, walk
+from torchlint.model.queries import is_kind
+from torchlint.rule import Report, Rule
+
+from . import register
+
+# parameters updated as a moving average / a frozen copy: not trained by autograd
+_EMA_WORDS = re.compile(r"ema|teacher|target|momentum|shadow|average|avg|swa|frozen|frozen|old|"
+                        r"prev|copy|clone|polyak|mean_", re.I)
+_INIT_NAME = re.compile(r"init|reset_param|weights?($|_)", re.I)
+
+
+def _grad_off(mm, fn, op) -> bool:
+    """``op`` runs with gradients disabled: a no_grad block/decorator, or ``fn`` is only ever
+    called (in this module or by the tree) from no_grad code."""
+    if op.grad == GRAD_OFF:
+        return True
+    f = fn
+    while f is not None:
+        if f.decorator_grad == GRAD_OFF:
+            return True
+        f = f.parent
+    return _only_called_without_grad(mm, fn)
+
+
+def _only_called_without_grad(mm, fn) -> bool:
+    key = ("_tl3_nograd", id(fn))
+    cache = mm.__dict__.setdefault("_tl3_cache", {})
+    if key in cache:
+        return cache[key]
+    cache[key] = False
+    callers = list(mm.callers(fn))
+    res = bool(callers) and all(
+        op.grad == GRAD_OFF or _grad_off(mm, caller, op) for caller, op in callers)
+    if not res and not callers and mm.module_name and fn.parent is None:
+        q = f"{mm.module_name}.{fn.qualname}"
+        res = q in getattr(mm.project, "called_under_no_grad", set())
+    cache[key] = res
+    return res
+
+
+def _autograd_function(mm, fn) -> bool:
+    """Methods of ``torch.autograd.Function`` subclasses run with grad disabled."""
+    f = fn
+    while f is not None and f.cls is None:
+        f = f.parent
+    if f is None or f.cls is None:
+        return False
+    return any(b in ("torch.autograd.Function", "torch.autograd.function.Function")
+               or b.endswith("autograd.Function") for b in f.cls.bases)
+
+
+def _loop_source(mm, op, target) -> str:
+    """The source of the iterable of the loop that bound ``target`` (``model.parameters()``)."""
+    from torchlint.model.binder import dotted
+
+    name = dotted(target) if target is not None else None
+    lp = op.loop
+    while lp is not None:
+        if lp.target is not None and name and name in mm.code_for(lp.target):
+            return mm.code_for(lp.iter) if lp.iter is not None else ""
+        lp = lp.parent
+    return ""
+
+
+def _describe(mm, r) -> str:
+    code = mm.code_for(r.target) if r.target is not None else "the tensor"
+    if len(code) > 40:
+        code = code[:37] + "..."
+    return f"`{code}`"
+
+
+@register
+class InplaceOnSavedTensor(Rule):
+    code = "TL301"
+    name = "inplace-on-saved-tensor"
+    summary = "An in-place operation modifies a tensor that autograd saved for the backward pass."
+    why = (
+        "Many operations save tensors for their backward: `sigmoid`, `tanh`, `exp`, `softmax` and "
+        "`relu` save their *output*, `*`, `@`, `/` and `**` save their *inputs*. Changing such a "
+        "tensor in place (`x.mul_()`, `x += y`, `x[mask] = 0`, `nn.ReLU(inplace=True)`) before "
+        "`backward()` makes autograd raise `RuntimeError: one of the variables needed for gradient "
+        "computation has been modified by an inplace operation` - at backward time, far from the "
+        "line that caused it, and often only in the training configuration (dropout on, a mask "
+        "applied). Modifying a leaf parameter in place outside `torch.no_grad()` fails the same "
+        "way (`a leaf Variable that requires grad is being used in an in-place operation`). "
+        "In-place ops on the outputs of convolutions, linear layers and batch norm (the ResNet "
+        "`out += identity`), on fresh tensors, buffers, under `no_grad`, in `nn.init` and in EMA "
+        "updates are fine and not reported."
+    )
+    example = """\
+def forward(self, x):
+    gate = torch.sigmoid(self.gate(x))
+    gate *= keep_mask          # sigmoid's backward needs its output
+    return gate * self.value(x)
+"""
+    use_instead = """\
+def forward(self, x):
+    gate = torch.sigmoid(self.gate(x))
+    gate = gate * keep_mask
+    return gate * self.value(x)
+"""
+    known_problems = (
+        "Only tensors whose origin is visible in the same function are checked: a tensor "
+        "passed in from a caller is not known to be a saved activation. Parameter updates are "
+        "checked for parameters iterated from `.parameters()` and `nn.Parameter` attributes; "
+        "loops over an EMA / teacher / target model are assumed not to require grad."
+    )
+    references = (
+        "https://pytorch.org/docs/stable/notes/autograd.html#in-place-operations-with-autograd",
+    )
+    triggers = (b"_(", b"+=", b"-=", b"*=", b"/=", b"inplace", b"] =", b"out=")
+
+    def check(self, mm):
+        for fn in mm.all_functions:
+            ops = getattr(fn, "inplace_ops", None)
+            if not ops or _autograd_function(mm, fn):
+                continue
+            seen = set()
+            for r in ops:
+                f = r.facts
+                if "fresh" in f or "detached" in f or id(r.node) in seen:
+                    continue
+                msg = None
+                if "saves_out" in f and f & {"graph", "grad_in"}:
+                    what = {"probs": "softmax", "sigmoid": "sigmoid", "logprobs": "log_softmax"}
+                    src = next((v for k, v in what.items() if k in f), "an activation (relu, exp, tanh ...)")
+                    if r.how == "activation":
+                        msg = (f"an in-place activation overwrites {_describe(mm, r)}, the output of "
+                               f"{src} that autograd saved for backward; backward will fail")
+                    else:
+                        msg = (f"in-place change of {_describe(mm, r)}, the output of {src}, which "
+                               "autograd saved for backward; backward will raise a RuntimeError "
+                               "(use an out-of-place op)")
+                elif "saved" in f and f & {"graph", "grad_in", "param"}:
+                    msg = (f"in-place change of {_describe(mm, r)} after it was used in a "
+                           "multiplication/division whose backward needs its value; backward "
+                           "will raise a RuntimeError (use an out-of-place op)")
+                elif "param" in f and r.how in ("method", "aug", "setitem", "out", "func"):
+                    if _EMA_WORDS.search(fn.name) or _EMA_WORDS.search(_loop_source(mm, r.op, r.target)):
+                        continue
+                    if r.target is not None and _EMA_WORDS.search(mm.code_for(r.target)):
+                        continue
+                    if _INIT_NAME.search(fn.name) and fn.name != "__init__":
+                        continue
+                    msg = (f"in-place change of parameter {_describe(mm, r)} outside "
+                           "`torch.no_grad()`; autograd rejects in-place ops on leaf tensors that "
+                           "require grad (wrap the update in `with torch.no_grad():`)")
+                if msg is None or _grad_off(mm, fn, r.op):
+                    continue
+                seen.add(id(r.node))
+                yield Report(r.node, msg, scope=fn.qualname)
+
+
+def _trains(mm, fn) -> bool:
+    """``fn`` runs backward or steps an optimizer (directly or through helpers)."""
+    cache = mm.__dict__.setdefault("_tl3_cache", {})
+    key = ("trains", id(fn))
+    if key not in cache:
+        cache[key] = any(isinstance(o, CallOp) and (is_kind(mm, o, BACKWARD) or is_kind(mm, o, STEP))
+                         for o in walk(fn.body))
+    return cache[key]
+
+
+@register
+class DataAttribute(Rule):
+    code = "TL302"
+    name = "data-attribute"
+    summary = "`.data` is used on a parameter or on a tensor attached to the autograd graph."
+    why = (
+        "`x.data` returns the same storage as `x` with autograd switched off and the version "
+        "counter bypassed. Reading it from a graph tensor silently cuts the gradient (where "
+        "`.detach()` states the intent and still lets autograd detect later in-place changes); "
+        "writing through it changes values autograd may have saved, so gradients become "
+        "silently wrong instead of raising an error; assigning `p.data = t` swaps a parameter's "
+        "tensor without any shape, dtype or device check. `x.detach()` for reads and "
+        "`with torch.no_grad():` for in-place updates are the supported spellings.\n\n"
+        "Reported: `.data` read or written on a tensor produced by the model or derived from "
+        "it (outside `no_grad`); `.data` writes on parameters in training code (a function that "
+        "runs `backward()` or `optimizer.step()`); `p.data = t` in `__init__` and training code. "
+        "Not reported: `.data` under `no_grad`, reads of parameters, in-place initialisation "
+        "(`m.weight.data.normal_()` in `__init__`/`init_weights`), model surgery helpers "
+        "(re-parameterisation, freezing), and `p.grad.data` (see the option)."
+    )
+    example = """\
+for p in critic.parameters():
+    p.data.clamp_(-0.01, 0.01)
+
+target = online(x2).data
+"""
+    use_instead = """\
+with torch.no_grad():
+    for p in critic.parameters():
+        p.clamp_(-0.01, 0.01)
+
+target = online(x2).detach()
+"""
+    fix_safety = "unsafe"
+    fix_doc = ("For reads, replaces `x.data` with `x.detach()`. Unsafe: unlike `.data`, a detached "
+               "tensor shares the version counter, so a later in-place change of it (or of `x`) "
+               "that used to go unnoticed now raises an error - which is the point, but it can "
+               "change behaviour. Writes are not fixed automatically.")
+    options = ("`allow-grad-data` (default `true`): `p.grad.data` is not reported. Gradients are "
+               "not part of any graph, so reading or scaling them through `.data` (hand-written "
+               "clipping, logging) is harmless; set it to `false` to report it too.")
+    references = (
+        "https://pytorch.org/docs/stable/notes/autograd.html#in-place-correctness-checks",
+        "https://pytorch.org/docs/stable/generated/torch.Tensor.detach.html",
+    )
+    triggers = (b".data",)
+
+    def check(self, mm):
+        allow_grad = self.settings.get("allow-grad-data", True)
+        for fn in mm.all_functions:
+            accesses = getattr(fn, "data_accesses", None)
+            if not accesses:
+                continue
+            for d in accesses:
+                f = d.facts
+                base = d.base or ""
+                if "grad" in f or base.endswith(".grad"):
+                    if allow_grad or _grad_off(mm, fn, d.op):
+                        continue
+                    yield Report(d.node, "`.grad.data` bypasses autograd; use `.grad` directly "
+                                 "(under `torch.no_grad()` to modify it)", scope=fn.qualname)
+                    continue
+                if _grad_off(mm, fn, d.op) and not d.assign:
+                    continue
+                if f & {"graph", "grad_in"} and ("graph" in f or d.write):
+                    if d.write:
+                        msg = ("writing through `.data` changes a tensor of the autograd graph behind "
+                               "autograd's back; gradients become silently wrong (modify a "
+                               "`.detach()`ed copy or use an out-of-place op)")
+                        yield Report(d.node, msg, scope=fn.qualname)
+                    else:
+                        msg = ("`.data` silently detaches a tensor of the autograd graph; use "
+                               "`.detach()` (same result, but autograd still checks in-place changes)")
+                        yield Report(d.node, msg, fix=_detach_fix(d), scope=fn.qualname)
+                    continue
+                if "param" not in f or not d.write:
+                    continue
+                init = fn.name == "__init__" or bool(_INIT_NAME.search(fn.name))
+                if d.assign and (fn.name == "__init__" or _trains(mm, fn)):
+                    yield Report(d.node, "assigning `.data` swaps the parameter's tensor without shape, "
+                                 "dtype or device checks and behind autograd's back; use "
+                                 "`with torch.no_grad(): param.copy_(value)`", scope=fn.qualname)
+                elif not init and _trains(mm, fn):
+                    yield Report(d.node, "in-place update of a parameter through `.data` in the training "
+                                 "loop bypasses autograd's checks; do it under `with torch.no_grad():`",
+                                 scope=fn.qualname)
+
+
+def _detach_fix(d):
+    def make(mm):
+        from torchlint.fixes import replace_node
+
+        base = mm.code_for(d.node.value)
+        return replace_node(mm, d.node, f"{base}.detach()", "Replace `.data` with `.detach()`", "unsafe")
+    return make
+
+
+@register
+class ForwardCalledDirectly(Rule):
+    code = "TL303"
+    name = "forward-called-directly"
+    summary = "A module's `forward()` is called directly instead of calling the module."
+    why = (
+        "`model(x)` runs `nn.Module.__call__`, which runs the forward pre-hooks and hooks, "
+        "backward hooks, and the wrappers that rely on them (DistributedDataParallel's gradient "
+        "synchronisation, `torch.compile`, FSDP, activation checkpointing, pruning, spectral and "
+        "weight norm, quantisation observers). `model.forward(x)` silently skips all of them, so "
+        "the code works in a simple test and misbehaves when one of those features is switched on."
+    )
+    example = """\
+outputs = model.forward(images)
+"""
+    use_instead = """\
+outputs = model(images)
+"""
+    known_problems = ("`super().forward(x)` and `self.forward(x)` inside the module's own class are "
+                      "not reported; neither are calls on objects not known to be modules.")
+    fix_safety = "unsafe"
+    fix_doc = ("Replaces `m.forward(...)` with `m(...)`. Unsafe: hooks registered on the module "
+               "start running, which is the intent but changes behaviour.")
+    references = ("https://pytorch.org/docs/stable/generated/torch.nn.Module.html#torch.nn.Module.forward",)
+    triggers = (b".forward(",)
+
+    def check(self, mm):
+        import libcst as cst
+
+        for fn in mm.all_functions:
+            for op in walk(fn.body):
+                if not (isinstance(op, CallOp) and op.attr == "forward" and op.recv_node is not None):
+                    continue
+                recv = op.recv_node
+                if not isinstance(recv, (cst.Name, cst.Attribute)) or op.recv in (None, "self", "cls"):
+                    continue
+                first = op.recv.split(".", 1)[0]
+                if first in mm.classes or (first[:1].isupper() and "." not in op.recv):
+                    continue  # Base.forward(self, x): an explicit base-class call
+                q = mm.qualify(op.recv) or ""
+                if q and (q.startswith("torch.") or q[:1].isupper() or q.rsplit(".", 1)[-1][:1].isupper()):
+                    continue  # nn.Module.forward(self, x), SomeClass.forward
+                role = mm.resolver.of_expr(fn, recv)[0]
+                if role != catalog.MODEL:
+                    continue
+                yield Report(op.node, f"`{op.recv}.forward(...)` bypasses the module's hooks; call "
+                             f"`{op.recv}(...)` instead", fix=_call_fix(op), scope=fn.qualname)
+
+
+def _call_fix(op):
+    def make(mm):
+        from torchlint.fixes import replace_node
+
+        return replace_node(mm, op.node.func, mm.code_for(op.recv_node),
+                            "Call the module instead of its `forward`", "unsafe")
+    return make

@@ -1,0 +1,191 @@
+"""Data: training batches must be shuffled, predictions taken per sample."""
+from __future__ import annotations
+
+import libcst as cst
+
+from torchlint.model import resources
+from torchlint.model.binder import dotted
+from torchlint.model.ir import AssignOp, CallOp, LoopOp, walk
+from torchlint.rule import Report, Rule
+
+from . import register
+
+
+def _binding_names(mm, res, info):
+    """[(function, path)] the loader is bound to, following ``return`` into callers."""
+    out = []
+    for f, path in res.loader_bindings(info):
+        if path != "<return>":
+            out.append((f, path))
+            continue
+        out.append((f, "<return>"))
+        for caller, cop in mm.callers(f):
+            for o in walk(caller.body):
+                if isinstance(o, AssignOp) and o.stmt is cop.stmt and o.value is not None and o.aug is None:
+                    for t in o.targets:
+                        d = dotted(t)
+                        if d:
+                            out.append((caller, d))
+                        elif isinstance(t, (cst.Tuple, cst.List)):
+                            idx = _returned_index(f, info)
+                            elts = [e.value for e in t.elements]
+                            if idx is not None and idx < len(elts) and dotted(elts[idx]):
+                                out.append((caller, dotted(elts[idx])))
+    return out
+
+
+def _returned_index(f, info):
+    from torchlint.model.ir import ReturnOp
+
+    for o in walk(f.body):
+        if isinstance(o, ReturnOp) and isinstance(o.value, (cst.Tuple, cst.List)):
+            for i, el in enumerate(o.value.elements):
+                if resources.contains(el.value, info.op.node):
+                    return i
+                d = dotted(el.value)
+                if d and any(p == d for ff, p in _local_bindings(f, info)):
+                    return i
+    return None
+
+
+def _local_bindings(f, info):
+    for o in walk(f.body):
+        if isinstance(o, AssignOp) and o.value is not None and resources.contains(o.value, info.op.node):
+            for t in o.targets:
+                if dotted(t):
+                    yield f, dotted(t)
+
+
+def training_verdict(mm, res, info):
+    """(is a training loader, reason) for a DataLoader construction."""
+    bindings = _binding_names(mm, res, info)
+    names = [p for _f, p in bindings if p != "<return>"]
+    if any(p == "<return>" for _f, p in bindings):
+        names.append(info.fn.name)
+    if info.fn.name == "train_dataloader" and any(p == "<return>" for _f, p in bindings):
+        return True, "it is returned by the `train_dataloader` hook"
+    if any(resources.is_eval_name_word(n) for n in names) and not any(resources.is_train_name(n) for n in names):
+        return False, ""
+    sites = []
+    for o in walk(info.fn.body):
+        if isinstance(o, LoopOp) and not o.is_while and o.iter is not None and \
+                resources.contains(o.iter, info.op.node):
+            sites.append((info.fn, o))
+    for f, p in bindings:
+        if p != "<return>":
+            sites.extend(res.loader_sites(f, p))
+    trains = [s for s in sites if s[1] == "train" or isinstance(s[1], LoopOp) and res.loop_trains(s[0], s[1])]
+    if trains:
+        return True, "it is iterated by a loop that runs `backward()`"
+    evals = [s for s in sites if s[1] == "eval" or isinstance(s[1], LoopOp) and res.loop_evaluates(s[0], s[1])]
+    train_named = [n for n in names if resources.is_train_name(n)]
+    if train_named and not (sites and len(evals) == len(sites)):
+        return True, f"it is named `{train_named[0].rsplit('.', 1)[-1]}`"
+    return False, ""
+
+
+@register
+class TrainLoaderWithoutShuffle(Rule):
+    code = "TL701"
+    name = "train-loader-without-shuffle"
+    summary = "A training `DataLoader` neither shuffles nor uses a sampler."
+    why = (
+        "Without `shuffle=True` (or a sampler) a `DataLoader` yields the dataset in the same "
+        "order every epoch. Datasets are often stored sorted (by class, by source, by length), "
+        "so batches are highly correlated, batch-norm statistics are skewed and SGD sees the "
+        "same sequence of gradients each epoch: the model trains worse, or learns the order, "
+        "and nothing reports it. `shuffle` defaults to `False`."
+    )
+    example = """\
+train_loader = DataLoader(train_set, batch_size=64)
+"""
+    use_instead = """\
+train_loader = DataLoader(train_set, batch_size=64, shuffle=True)
+"""
+    known_problems = (
+        "Loaders with a `sampler=`/`batch_sampler=` (distributed training), over an "
+        "`IterableDataset` or a dataset that shuffles itself, with `shuffle=` set from a "
+        "variable, or built from `**kwargs` are not flagged; neither are validation and test "
+        "loaders (named val/test/eval, or iterated only in evaluation code)."
+    )
+    fix_safety = "unsafe"
+    fix_doc = ("Adds `shuffle=True` (or turns `shuffle=False` into `shuffle=True`). Unsafe: "
+               "code that relies on the order (sequence windows that must stay contiguous, "
+               "predictions matched to dataset indices) changes behaviour.")
+    references = ("https://pytorch.org/docs/stable/data.html#torch.utils.data.DataLoader",)
+    triggers = (b"DataLoader",)
+
+    def check(self, mm):
+        res = resources.get(mm)
+        for info in res.loader_constructions():
+            if info.unknown or info.sampler or info.iterable:
+                continue
+            if info.shuffle is True or (info.shuffle is None and info.shuffle_arg is not None):
+                continue
+            training, reason = training_verdict(mm, res, info)
+            if not training:
+                continue
+            how = "sets `shuffle=False`" if info.shuffle is False else "does not shuffle"
+            yield Report(info.op.node, f"this training loader ({reason}) {how} and has no sampler, so "
+                         "every epoch sees the batches in the same order; pass `shuffle=True`",
+                         fix=_fix_701(info), scope=info.fn.qualname)
+
+
+def _fix_701(info):
+    def make(mm):
+        from torchlint.fixes import add_keyword, replace_node
+
+        if info.shuffle_arg is not None:
+            return replace_node(mm, info.shuffle_arg.value, "True", "Shuffle: `shuffle=True`", "unsafe")
+        return add_keyword(mm, info.op.node, "shuffle=True", "Shuffle: `shuffle=True`", "unsafe")
+    return make
+
+
+@register
+class ArgmaxWithoutDim(Rule):
+    code = "TL702"
+    name = "argmax-without-dim"
+    summary = "`argmax()`/`max()` without `dim` on batched outputs compared with labels."
+    why = (
+        "Without `dim`, `argmax()` flattens the tensor and returns one index into the whole "
+        "batch, not one class per sample. Compared with the labels it broadcasts to a "
+        "meaningless accuracy (usually close to 0 or to the frequency of one class) instead "
+        "of raising an error. `max()` without `dim` likewise returns the single largest value."
+    )
+    example = """\
+logits = model(x)
+correct += (logits.argmax() == y).sum().item()
+"""
+    use_instead = """\
+logits = model(x)
+correct += (logits.argmax(dim=1) == y).sum().item()
+"""
+    known_problems = ("Only outputs of models (or their softmax/log-softmax) compared with "
+                      "loader batches are checked; a deliberate flattened argmax (an action "
+                      "index for one state) is not compared with labels and not flagged.")
+    fix_safety = "unsafe"
+    fix_doc = ("Adds `dim=1` to `argmax()` (the class dimension of `(N, C)` and `(N, C, ...)` "
+               "outputs, as `CrossEntropyLoss` expects). Unsafe: for outputs laid out "
+               "differently (sequence models with classes last, `(B, T, C)`) the right "
+               "dimension is `-1`. `max()` gets no fix (with `dim` it returns a pair).")
+    references = ("https://pytorch.org/docs/stable/generated/torch.argmax.html",)
+    triggers = (b"argmax", b".max(")
+
+    def check(self, mm):
+        res = resources.get(mm)
+        for fn in mm.all_functions:
+            if fn.name == "forward":
+                continue
+            for op in res.flat_argmax_compares(fn):
+                name = "argmax" if "argmax" in (op.attr or op.qual or "") else "max"
+                yield Report(op.node, f"`{name}()` without `dim` flattens the batch into one index, so "
+                             "comparing it with the labels measures nothing; pass `dim=1`",
+                             fix=_fix_702(op) if name == "argmax" else None, scope=fn.qualname)
+
+
+def _fix_702(op):
+    def make(mm):
+        from torchlint.fixes import add_keyword
+
+        return add_keyword(mm, op.node, "dim=1", "Take the argmax per sample: `dim=1`", "unsafe")
+    return make

@@ -1,0 +1,85 @@
+"""Debugging aids left switched on in training code."""
+from __future__ import annotations
+
+import libcst as cst
+
+from torchlint.model import resources
+from torchlint.model.binder import dotted
+from torchlint.model.ir import CallOp, walk
+from torchlint.model.queries import trains
+from torchlint.rule import Report, Rule
+
+from . import register
+
+
+def _is_main_guard(test) -> bool:
+    """``if __name__ == "__main__":``"""
+    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+        return False
+    sides = [test.left, test.comparisons[0].comparator]
+    return any(isinstance(s, cst.Name) and s.value == "__name__" for s in sides)
+
+
+def _unconditional(op) -> bool:
+    return all(br.test is not None and _is_main_guard(br.test) for br, _ in op.guards)
+
+
+def _enables(op) -> bool:
+    q = op.qual
+    if q in resources.ANOMALY_CTX:
+        return True
+    a = op.arg(0, "mode")
+    return a is not None and isinstance(a.value, cst.Name) and a.value.value == "True"
+
+
+@register
+class DetectAnomalyLeftOn(Rule):
+    code = "TL801"
+    name = "detect-anomaly-left-on"
+    summary = "Autograd anomaly detection is switched on unconditionally for training."
+    why = (
+        "`torch.autograd.set_detect_anomaly(True)` / `detect_anomaly()` record a stack trace "
+        "for every operation of the forward pass and check every backward result for NaNs. "
+        "It is a debugging tool: left on, it slows training several times over (and adds "
+        "synchronisations on the GPU) while looking like ordinary setup code."
+    )
+    example = """\
+torch.autograd.set_detect_anomaly(True)
+
+def main():
+    for epoch in range(args.epochs):
+        train(model, loader, optimizer)
+"""
+    use_instead = """\
+if args.detect_anomaly:  # only while debugging
+    torch.autograd.set_detect_anomaly(True)
+"""
+    known_problems = ("Calls guarded by any condition (a debug flag, an environment variable, a "
+                      "command-line option) are trusted, as are calls in functions that neither "
+                      "train nor are called by code that trains.")
+    references = ("https://pytorch.org/docs/stable/autograd.html#anomaly-detection",)
+    triggers = (b"anomaly",)
+
+    def check(self, mm):
+        for fn in mm.all_functions:
+            for op in walk(fn.body):
+                if not isinstance(op, CallOp) or op.qual not in resources.ANOMALY_SET | resources.ANOMALY_CTX:
+                    continue
+                if not _enables(op) or not _unconditional(op):
+                    continue
+                where = None
+                if fn.is_module_level:
+                    where = "at import"
+                elif trains(mm, fn.body):
+                    where = f"in `{fn.name}()`, which trains"
+                else:
+                    for caller, cop in mm.callers(fn):
+                        if _unconditional(cop) and (caller.is_module_level or trains(mm, caller.body)):
+                            where = f"in `{fn.name}()`, called unconditionally before training"
+                            break
+                if where is None:
+                    continue
+                name = dotted(op.node.func) or "detect_anomaly"
+                yield Report(op.node, f"`{name}(...)` switches autograd anomaly detection on {where}; "
+                             "it slows every step several times over: guard it with a debug flag",
+                             scope=fn.qualname)

@@ -1,0 +1,240 @@
+"""Devices: what meets the model on the accelerator must be on the accelerator too."""
+from __future__ import annotations
+
+import libcst as cst
+
+from torchlint.model import catalog, resources
+from torchlint.model.binder import dotted
+from torchlint.model.ir import FORWARD, LOSS, CallOp, LoopOp, walk
+from torchlint.model.queries import analysable_functions
+from torchlint.rule import Report, Rule
+
+from . import register
+
+
+def _loader_loops(mm, fn, op):
+    """The loops around ``op`` that iterate a loader (innermost first)."""
+    out = []
+    lp = op.loop
+    while lp is not None:
+        if not lp.is_while and lp.iter is not None:
+            it = resources.strip_iter_wrappers(lp.iter)
+            if mm.resolver.of_expr(fn, it)[0] == catalog.LOADER:
+                out.append(lp)
+        lp = lp.parent
+    return out
+
+
+def _unmoved_args(op):
+    out = []
+    for i, a in enumerate(op.args):
+        facts = op.arg_facts[i] if i < len(op.arg_facts) else frozenset()
+        if "batch" not in facts or "moved" in facts:
+            continue
+        if "moved_inplace" in facts and a.star == "**":
+            continue  # batch.to(device) on a dict-like batch (BatchEncoding) moves it in place
+        out.append((a, facts))
+    return out
+
+
+@register
+class TensorNotMovedToDevice(Rule):
+    code = "TL601"
+    name = "tensor-not-moved-to-device"
+    summary = "A batch from the loader reaches a model that was moved to the GPU without being moved itself."
+    why = (
+        "`model.to(device)` moves the parameters, not the data: a `DataLoader` yields CPU "
+        "tensors, and each batch must be moved with `.to(device)` too. Forgetting it fails "
+        "with a device-mismatch error on the GPU, and a `x.to(device)` whose result is not "
+        "assigned is a classic variant: for tensors `.to` returns a moved copy and leaves `x` "
+        "where it was. Forgetting to move the targets fails the same way in the loss."
+    )
+    example = """\
+model = Net().to(device)
+for x, y in loader:
+    optimizer.zero_grad()
+    x.to(device)
+    loss = criterion(model(x), y)
+"""
+    use_instead = """\
+model = Net().to(device)
+for x, y in loader:
+    optimizer.zero_grad()
+    x, y = x.to(device), y.to(device)
+    loss = criterion(model(x), y)
+"""
+    known_problems = (
+        "Only loaders built with `DataLoader(...)` in the linted code are followed: batches "
+        "from `accelerator.prepare`d or Lightning-managed loaders, from a `collate_fn` or a "
+        "dataset that moves tensors, or from loaders whose construction cannot be seen are "
+        "trusted. Models wrapped in `DataParallel`/`DistributedDataParallel` scatter their "
+        "inputs themselves, so their forward calls are not checked. Scripts that only ever "
+        "use the CPU (`device = torch.device('cpu')`) are quiet."
+    )
+    fix_safety = "unsafe"
+    fix_doc = (
+        "Wraps the argument in `.to(device)` with the device expression the model was moved "
+        "with (`.cuda()` if it was moved with `.cuda()`; `next(model.parameters()).device` "
+        "when that expression is not visible where the batch is used). Unsafe: moving inside "
+        "the call leaves other uses of the CPU tensor (metrics, the loss) where they were."
+    )
+    references = ("https://pytorch.org/tutorials/beginner/blitz/cifar10_tutorial.html#training-on-gpu",)
+    triggers = (b".to(", b".cuda(")
+
+    def check(self, mm):
+        res = resources.get(mm)
+        for fn in analysable_functions(mm):
+            if mm.is_lightning(fn):
+                continue
+            ops = [o for o in walk(fn.body) if isinstance(o, CallOp) and o.kind in (FORWARD, LOSS)
+                   and o.loop is not None]
+            if not ops:
+                continue
+            fwd_moves = {}
+            for o in ops:
+                if o.kind == FORWARD and o.target not in fwd_moves:
+                    fwd_moves[o.target] = res.model_move(fn, o.target)
+            for op in ops:
+                bad = _unmoved_args(op)
+                if not bad:
+                    continue
+                if op.kind == FORWARD:
+                    mv = fwd_moves.get(op.target)
+                    if mv is None or mv.dp:
+                        continue
+                    model = op.target
+                else:
+                    if not any("model_out" in f or "graph" in f for f in op.arg_facts):
+                        continue
+                    cand = [(t, m) for t, m in fwd_moves.items() if m is not None]
+                    if not cand:
+                        continue
+                    model, mv = cand[0]
+                loops = _loader_loops(mm, fn, op)
+                if not loops:
+                    continue
+                placements = [res.loader_placement(fn, lp) for lp in loops]
+                if any(p != "host" for p in placements):
+                    continue
+                a, facts = bad[0]
+                name = mm.code_for(a.value).strip()
+                where = f"line {mm.line_of(mv.node)}"
+                moved_with = mm.code_for(mv.node).strip()
+                if len(moved_with) > 50:
+                    moved_with = moved_with[:47] + "..."
+                if op.kind == LOSS:
+                    target = "the loss"
+                    moved = f"with the outputs of `{model}`, which was moved to the accelerator"
+                else:
+                    target, moved = f"`{model}`", "which was moved to the accelerator"
+                if "moved_inplace" in facts:
+                    msg = (f"`{name}` reaches {target} on the CPU: `{name}.to(...)` on its own line "
+                           "returns a moved copy and leaves the tensor where it was; assign it "
+                           f"(`{name} = {name}.to(...)`)")
+                else:
+                    msg = (f"`{name}` comes from the loader on the CPU but reaches {target} {moved} "
+                           f"(`{moved_with}` at {where}); move it with `.to(device)`")
+                yield Report(op.node, msg, fix=_fix_601(fn, a, mv, model), scope=fn.qualname)
+
+
+def _visible(mm, fn, expr) -> bool:
+    """Every name the device expression reads is defined where the fix inserts it."""
+    res = resources.get(mm)
+    for n in resources.names_in(expr):
+        root = n.split(".", 1)[0]
+        if root == "self":
+            if fn.cls is None and (fn.parent is None or fn.parent.cls is None):
+                return False
+            continue
+        if root in mm.imports.names:
+            continue
+        f, ok = fn, False
+        while f is not None:
+            if root in f.params or res.assigns(f).get(root):
+                ok = True
+                break
+            f = f.parent
+        if not ok and not res.assigns(mm.module_function).get(root):
+            return False
+    return True
+
+
+def _fix_601(fn, arg, mv, model):
+    def make(mm):
+        from torchlint.fixes import replace_node
+
+        if arg.star:
+            return None
+        v = arg.value
+        code = mm.code_for(v)
+        if not isinstance(v, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)):
+            code = f"({code})"
+        if mv.cuda:
+            new = f"{code}.cuda()"
+        elif mv.device is not None and _visible(mm, fn, mv.device):
+            new = f"{code}.to({mm.code_for(mv.device).strip()})"
+        else:
+            new = f"{code}.to(next({model}.parameters()).device)"
+        return replace_node(mm, v, new, f"Move the batch: `{new}`", "unsafe")
+    return make
+
+
+@register
+class TensorCreatedWithoutDevice(Rule):
+    code = "TL602"
+    name = "tensor-created-without-device"
+    summary = "`forward` creates a tensor on the CPU and combines it with its (possibly GPU) inputs."
+    why = (
+        "`torch.zeros(...)`, `torch.arange(...)` and the other factories create tensors on the "
+        "default device, the CPU, whatever device the module's inputs are on. The module works "
+        "in CPU tests and fails (or silently moves data back and forth) once it runs on a GPU: "
+        "a mask, a position index or a padding tensor built inside `forward` must be created "
+        "on the inputs' device."
+    )
+    example = """\
+class Encoder(nn.Module):
+    def forward(self, x):
+        positions = torch.arange(x.size(1))
+        return x + self.pos_embedding(positions)
+"""
+    use_instead = """\
+class Encoder(nn.Module):
+    def forward(self, x):
+        positions = torch.arange(x.size(1), device=x.device)
+        return x + self.pos_embedding(positions)
+"""
+    known_problems = (
+        "0-dim tensors (`torch.tensor(2.0)`) may be mixed with CUDA tensors and are not "
+        "flagged, nor tensors only used for shapes or as indices, created with `*_like`, "
+        "registered as buffers, or moved with `.to(...)`/`.type_as(...)` before use."
+    )
+    fix_safety = "unsafe"
+    fix_doc = ("Adds `device=x.device` to the factory call, where `x` is the first tensor input "
+               "of `forward`. Unsafe: that input may not be on the device the module runs on "
+               "(a CPU-side argument).")
+    references = ("https://pytorch.org/docs/stable/notes/cuda.html#device-agnostic-code",)
+    triggers = (b"forward",)
+
+    def check(self, mm):
+        res = resources.get(mm)
+        for cls in mm.classes.values():
+            fwd = cls.methods.get("forward")
+            if fwd is None or not mm.class_is_module(cls):
+                continue
+            for node, first in res.forward_cpu_tensors(fwd):
+                name = mm.code_for(node.func).strip()
+                yield Report(node, f"`{name}(...)` creates a tensor on the CPU (no `device=`) and "
+                             "combines it with the inputs of `forward`, which fails once the module "
+                             f"runs on a GPU; pass `device={first or 'x'}.device`",
+                             fix=_fix_602(node, first), scope=fwd.qualname)
+
+
+def _fix_602(node, first):
+    def make(mm):
+        from torchlint.fixes import add_keyword
+
+        if first is None:
+            return None
+        return add_keyword(mm, node, f"device={first}.device",
+                           f"Create it on the inputs' device: `device={first}.device`", "unsafe")
+    return make

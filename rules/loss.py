@@ -1,0 +1,262 @@
+"""Loss functions: each expects a particular kind of input (logits, log-probabilities,
+probabilities) and target (class indices or probabilities)."""
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+from torchlint.model import catalog
+from torchlint.model.binder import dotted
+from torchlint.model.dataflow import loss_kind
+from torchlint.model.ir import LOSS, AssignOp, CallOp, walk
+from torchlint.rule import Report, Rule
+
+from . import register
+
+
+def _arg_facts(op: CallOp, pos: int, keyword: str) -> tuple:
+    """(arg node, facts) of a positional-or-keyword argument of a call."""
+    positional = 0
+    for a, f in zip(op.args, op.arg_facts):
+        if a.keyword is not None:
+            if a.keyword.value == keyword:
+                return a, f
+            continue
+        if a.star:
+            return None, frozenset()
+        if positional == pos:
+            return a, f
+        positional += 1
+    return None, frozenset()
+
+
+def _losses(mm, kinds):
+    for fn in mm.all_functions:
+        for op in walk(fn.body):
+            if isinstance(op, CallOp) and op.kind == LOSS:
+                k = loss_kind(mm, fn, op)
+                if k in kinds:
+                    yield fn, op, k
+
+
+def _loss_name(op, kind) -> str:
+    if op.qual and op.qual.startswith("torch.nn.functional."):
+        return f"`{op.qual.rsplit('.', 1)[-1]}`"
+    return {catalog.CE: "`CrossEntropyLoss`", catalog.NLL: "`NLLLoss`",
+            catalog.BCE_LOGITS: "`BCEWithLogitsLoss`"}.get(kind, "the loss")
+
+
+# ------------------------------------------------------------------ fix: drop the activation
+def _activation_input(mm, call, funcs, method):
+    """``F.softmax(x, dim=1)`` / ``x.softmax(1)`` -> ``x`` (the node), else ``None``."""
+    if not isinstance(call, cst.Call):
+        return None
+    f = call.func
+    d = dotted(f)
+    q = mm.qualify(d) if d else None
+    if q in funcs and call.args and call.args[0].keyword is None:
+        return call.args[0].value
+    if isinstance(f, cst.Attribute) and f.attr.value == method and not (q and q in funcs):
+        if q is None:  # a method on a tensor, not torch.softmax
+            return f.value
+    return None
+
+
+def _drop_activation_fix(fn, op, arg, funcs, method, what):
+    """A fix that removes the softmax/sigmoid feeding the loss: inline, or in the assignment of
+    the name passed to the loss (safe only when that name has no other use)."""
+    value = arg.value
+
+    def make(mm):
+        from torchlint.fixes import replace_node
+
+        src = _activation_input(mm, value, funcs, method)
+        if src is not None:
+            return replace_node(mm, value, mm.code_for(src), f"Remove the {what} in front of the loss", "safe")
+        if not isinstance(value, cst.Name):
+            return None
+        name = value.value
+        assigns = [o for o in walk(fn.body) if isinstance(o, AssignOp) and o.aug is None
+                   and any(isinstance(t, cst.Name) and t.value == name for t in o.targets)]
+        if len(assigns) != 1 or len(assigns[0].targets) != 1:
+            return None
+        a = assigns[0]
+        src = _activation_input(mm, a.value, funcs, method)
+        if src is None:
+            return None
+        uses = len(re.findall(rf"(?<![\w.]){re.escape(name)}\b", mm.code_for(fn.node)))
+        safety = "safe" if uses == 2 else "unsafe"
+        return replace_node(mm, a.value, mm.code_for(src),
+                            f"Remove the {what} that produces `{name}` (it feeds the loss)", safety)
+    return make
+
+
+@register
+class SoftmaxBeforeCrossEntropy(Rule):
+    code = "TL401"
+    name = "softmax-before-cross-entropy"
+    summary = "Probabilities (softmax outputs) are passed to `CrossEntropyLoss`, which expects logits."
+    why = (
+        "`nn.CrossEntropyLoss` and `F.cross_entropy` apply `log_softmax` themselves. Given "
+        "probabilities, they compute `log_softmax(softmax(z))`: the loss is squashed into a "
+        "narrow range, its gradients vanish as the model becomes confident, and training "
+        "converges slowly to a worse model, with no error or warning. This often hides inside the "
+        "model: an `nn.Softmax` as the last layer of an `nn.Sequential`, or a `forward` that "
+        "returns `F.softmax(...)`."
+    )
+    example = """\
+probs = F.softmax(model(x), dim=1)
+loss = F.cross_entropy(probs, y)
+"""
+    use_instead = """\
+logits = model(x)
+loss = F.cross_entropy(logits, y)
+probs = F.softmax(logits.detach(), dim=1)  # for metrics, if needed
+"""
+    known_problems = ("A softmax inside the model is followed through `nn.Sequential`, the "
+                      "model's `forward` and factory functions of the linted tree; models from "
+                      "other libraries are not inspected.")
+    fix_safety = "safe"
+    fix_doc = ("Removes the softmax call that feeds the loss (`F.cross_entropy(F.softmax(z, 1), y)` "
+               "-> `F.cross_entropy(z, y)`, or the `F.softmax(...)` that produces the name passed "
+               "to the loss). Safe when the probabilities have no other use; unsafe when the "
+               "name is also used elsewhere (it now holds logits). A softmax inside the model is "
+               "not removed automatically.")
+    references = ("https://pytorch.org/docs/stable/generated/torch.nn.CrossEntropyLoss.html",)
+    triggers = (b"oftmax",)
+
+    def check(self, mm):
+        for fn, op, kind in _losses(mm, (catalog.CE,)):
+            arg, f = _arg_facts(op, 0, "input")
+            if arg is None or "probs" not in f or "detached" in f or "logprobs" in f:
+                continue
+            yield Report(op.node, f"{_loss_name(op, kind)} applies log-softmax itself but receives "
+                         "probabilities (a softmax output); pass the logits",
+                         fix=_drop_activation_fix(fn, op, arg, catalog.SOFTMAX_FUNCS, "softmax", "softmax"),
+                         scope=fn.qualname)
+
+
+@register
+class SigmoidBeforeBCEWithLogits(Rule):
+    code = "TL402"
+    name = "sigmoid-before-bce-with-logits"
+    summary = "Sigmoid outputs are passed to `BCEWithLogitsLoss`, which applies the sigmoid itself."
+    why = (
+        "`nn.BCEWithLogitsLoss` / `F.binary_cross_entropy_with_logits` compute "
+        "`BCE(sigmoid(x), y)` in a numerically stable way. Given probabilities, the sigmoid is "
+        "applied twice: every prediction is squeezed into (0.5, 0.73), the loss can never get "
+        "close to zero, gradients are tiny, and thresholds and `pos_weight` stop meaning what "
+        "they should. Nothing fails; the model just trains badly."
+    )
+    example = """\
+probs = torch.sigmoid(model(x))
+loss = nn.BCEWithLogitsLoss()(probs, y)
+"""
+    use_instead = """\
+logits = model(x)
+loss = nn.BCEWithLogitsLoss()(logits, y)
+"""
+    known_problems = ("A sigmoid inside the model (last layer of an `nn.Sequential`, or returned "
+                      "by `forward`) is followed within the linted tree only.")
+    fix_safety = "safe"
+    fix_doc = ("Removes the sigmoid call that feeds the loss, inline or in the assignment of the "
+               "name passed to the loss. Safe when the sigmoid outputs have no other use; unsafe "
+               "otherwise (the name now holds logits). A sigmoid inside the model is not "
+               "removed automatically.")
+    references = ("https://pytorch.org/docs/stable/generated/torch.nn.BCEWithLogitsLoss.html",)
+    triggers = (b"igmoid", b"expit")
+
+    def check(self, mm):
+        for fn, op, kind in _losses(mm, (catalog.BCE_LOGITS,)):
+            arg, f = _arg_facts(op, 0, "input")
+            if arg is None or "sigmoid" not in f or "detached" in f:
+                continue
+            yield Report(op.node, f"{_loss_name(op, kind)} applies the sigmoid itself but receives "
+                         "sigmoid outputs; pass the logits (or use `BCELoss` on probabilities)",
+                         fix=_drop_activation_fix(fn, op, arg, catalog.SIGMOID_FUNCS, "sigmoid", "sigmoid"),
+                         scope=fn.qualname)
+
+
+@register
+class NllLossWithoutLogSoftmax(Rule):
+    code = "TL403"
+    name = "nll-loss-without-log-softmax"
+    summary = "`NLLLoss` receives probabilities or raw logits instead of log-probabilities."
+    why = (
+        "`nn.NLLLoss` / `F.nll_loss` only pick `-input[target]`: they expect log-probabilities "
+        "(`log_softmax` outputs). Given raw logits, the loss is unbounded below - the model "
+        "lowers it by inflating one score, not by getting the class right; given softmax "
+        "probabilities, it maximises a probability linearly instead of its logarithm, and "
+        "gradients vanish. Both train without any error."
+    )
+    example = """\
+class Net(nn.Module):
+    def forward(self, x):
+        return self.fc(x)
+
+loss = F.nll_loss(model(x), y)
+"""
+    use_instead = """\
+loss = F.nll_loss(F.log_softmax(model(x), dim=1), y)
+# or simply
+loss = F.cross_entropy(model(x), y)
+"""
+    known_problems = ("Raw logits are recognised when the model's `forward` (or `nn.Sequential`) "
+                      "ends in a linear or convolution layer defined in the linted tree.")
+    references = ("https://pytorch.org/docs/stable/generated/torch.nn.NLLLoss.html",)
+    triggers = (b"nll_loss", b"NLLLoss")
+
+    def check(self, mm):
+        for fn, op, kind in _losses(mm, (catalog.NLL,)):
+            arg, f = _arg_facts(op, 0, "input")
+            if arg is None or "logprobs" in f:
+                continue
+            if "probs" in f:
+                what = "probabilities (a softmax output)"
+            elif "logits" in f:
+                what = "raw logits (the model ends in a linear layer, without log_softmax)"
+            else:
+                continue
+            yield Report(op.node, f"{_loss_name(op, kind)} expects log-probabilities but receives "
+                         f"{what}; apply `log_softmax` or use `cross_entropy` on the logits",
+                         scope=fn.qualname)
+
+
+@register
+class CrossEntropyFloatTargets(Rule):
+    code = "TL404"
+    name = "cross-entropy-float-targets"
+    summary = "Class-index targets are cast to float before `CrossEntropyLoss`/`NLLLoss`."
+    why = (
+        "With class-index targets, `cross_entropy` and `nll_loss` need integer (`long`) targets "
+        "of shape `(N,)`. Float targets mean *class probabilities* of shape `(N, C)` to "
+        "`cross_entropy`: a float `(N,)` label vector is either rejected with a confusing dtype "
+        "or shape error, or - when the shapes happen to line up (`N == C`, a flattened "
+        "segmentation map) - silently read as soft labels and trained on the wrong objective. "
+        "The usual cause is a `.float()` copied from a regression or BCE script."
+    )
+    example = """\
+for x, y in loader:
+    loss = F.cross_entropy(model(x), y.float())
+"""
+    use_instead = """\
+for x, y in loader:
+    loss = F.cross_entropy(model(x), y.long())
+"""
+    known_problems = ("Soft targets (one-hot, mixup, label smoothing) are float on purpose and not "
+                      "reported; a float cast is reported when it is applied to labels taken from a "
+                      "data loader or to integer class indices.")
+    references = ("https://pytorch.org/docs/stable/generated/torch.nn.CrossEntropyLoss.html",)
+    triggers = (b"float", b"double", b"half", b"dtype")
+
+    def check(self, mm):
+        for fn, op, kind in _losses(mm, (catalog.CE, catalog.NLL)):
+            arg, f = _arg_facts(op, 1, "target")
+            if arg is None or "float" not in f or "soft" in f or not f & {"batch", "indices"}:
+                continue
+            if op.keyword("label_smoothing") is not None:
+                continue
+            yield Report(op.node, f"{_loss_name(op, kind)} receives class-index targets cast to float; "
+                         "class indices must be `long` (float targets mean class probabilities)",
+                         scope=fn.qualname)

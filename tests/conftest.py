@@ -1,0 +1,23 @@
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FIXTURES = os.path.join(ROOT, "fixtures")
+
+
+@pytest.fixture
+def lint_source(tmp_path):
+    """Lint one module's source text with every default rule; returns [(code, line), ...]."""
+    from torchlint.engine import LintOptions, lint_text
+    from torchlint.selection import enabled_codes
+
+    def _lint(text, name="train.py", select=("TL",)):
+        p = tmp_path / name
+        p.write_text(text)
+        opts = LintOptions(frozenset(enabled_codes(list(select), [], [])))
+        res = lint_text(str(p), text, opts, module_name=name[:-3])
+        return [(f.code, f.line) for f in res.findings]
+
+    return _lint

@@ -1,0 +1,235 @@
+"""The command line contract: exit codes, formats, selection, configuration errors."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+BUGGY = textwrap.dedent('''\
+    import torch
+    import torch.nn as nn
+    from torch.utils.data import DataLoader, TensorDataset
+
+
+    def train(model, loader, optimizer, criterion, epochs):
+        for epoch in range(epochs):
+            for x, y in loader:
+                loss = criterion(model(x), y)
+                loss.backward()
+                optimizer.step()
+
+
+    def main():
+        model = nn.Linear(10, 2)
+        data = TensorDataset(torch.randn(64, 10), torch.randint(0, 2, (64,)))
+        loader = DataLoader(data, batch_size=8, shuffle=True)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        train(model, loader, optimizer, nn.CrossEntropyLoss(), epochs=2)
+
+
+    if __name__ == "__main__":
+        main()
+''')
+
+CLEAN = BUGGY.replace("        for x, y in loader:\n",
+                      "        for x, y in loader:\n            optimizer.zero_grad()\n")
+
+
+def tl(*args, cwd=None, input=None):
+    return subprocess.run([sys.executable, "-m", "torchlint", *args], cwd=cwd, capture_output=True,
+                          text=True, input=input, timeout=120)
+
+
+@pytest.fixture
+def project(tmp_path):
+    (tmp_path / "train.py").write_text(BUGGY)
+    (tmp_path / "clean.py").write_text(CLEAN)
+    return tmp_path
+
+
+def test_text_output_and_exit_one(project):
+    r = tl("train.py", "--no-cache", cwd=project)
+    assert r.returncode == 1, r.stderr
+    assert "train.py:11:13: TL103 " in r.stdout
+    assert "Found 1 error." in r.stdout
+
+
+def test_clean_file_exits_zero(project):
+    r = tl("clean.py", "--no-cache", cwd=project)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "All checks passed!" in r.stdout
+
+
+def test_check_subcommand_is_the_default(project):
+    a = tl("check", "train.py", "--no-cache", cwd=project)
+    b = tl("train.py", "--no-cache", cwd=project)
+    assert a.stdout == b.stdout and a.returncode == b.returncode == 1
+
+
+def test_exit_zero_and_ignore(project):
+    assert tl("train.py", "--no-cache", "--exit-zero", cwd=project).returncode == 0
+    r = tl("train.py", "--no-cache", "--ignore", "TL1", cwd=project)
+    assert r.returncode == 0, r.stdout
+    r = tl("train.py", "--no-cache", "--select", "TL2", cwd=project)
+    assert r.returncode == 0
+
+
+def test_unknown_rule_code_is_a_usage_error(project):
+    r = tl("train.py", "--select", "TL999", cwd=project)
+    assert r.returncode == 2
+    assert "TL999" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_json_is_ruff_compatible(project):
+    r = tl("train.py", "--no-cache", "--output-format", "json", cwd=project)
+    data = json.loads(r.stdout)
+    assert [d["code"] for d in data] == ["TL103"]
+    d = data[0]
+    assert d["location"] == {"row": 11, "column": 13}
+    assert d["filename"].endswith("train.py") and os.path.isabs(d["filename"])
+    assert d["url"].endswith("TL103.md")
+    assert d["name"] == "missing-zero-grad"
+    assert d["fix"]["applicability"] == "unsafe"
+
+
+def test_json_lines(project):
+    r = tl("train.py", "clean.py", "--no-cache", "--output-format", "json-lines", cwd=project)
+    lines = r.stdout.splitlines()
+    assert len(lines) == 1 and json.loads(lines[0])["code"] == "TL103"
+
+
+def test_github_annotations_are_escaped(project):
+    r = tl("train.py", "--no-cache", "--output-format", "github", cwd=project)
+    line = r.stdout.strip()
+    assert line.startswith("::error file=train.py,line=11,col=13,endLine=11,endColumn=")
+    assert "title=torchlint (TL103)::TL103 " in line
+
+
+def test_sarif_is_valid_shape(project):
+    r = tl("train.py", "--no-cache", "--output-format", "sarif", cwd=project)
+    doc = json.loads(r.stdout)
+    assert doc["version"] == "2.1.0"
+    run = doc["runs"][0]
+    ids = [x["id"] for x in run["tool"]["driver"]["rules"]]
+    assert "TL103" in ids and "TL101" in ids
+    res = run["results"][0]
+    assert res["ruleId"] == "TL103"
+    loc = res["locations"][0]["physicalLocation"]
+    assert loc["artifactLocation"]["uri"] == "train.py"
+    assert loc["region"]["startLine"] == 11 and loc["region"]["startColumn"] == 13
+    assert run["tool"]["driver"]["rules"][res["ruleIndex"]]["id"] == "TL103"
+
+
+def test_lsp_format_uses_zero_based_positions(project):
+    r = tl("train.py", "--no-cache", "--output-format", "lsp", cwd=project)
+    doc = json.loads(r.stdout)
+    (uri, diags), = doc.items()
+    assert uri.startswith("file:///") and uri.endswith("train.py")
+    d = diags[0]
+    assert d["range"]["start"] == {"line": 10, "character": 12}
+    assert d["source"] == "torchlint" and d["code"] == "TL103"
+    assert d["codeDescription"]["href"].endswith("TL103.md")
+
+
+def test_statistics(project):
+    r = tl("train.py", "--no-cache", "--statistics", cwd=project)
+    assert r.stdout.split() == ["1", "TL103", "missing-zero-grad"]
+
+
+def test_noqa_suppresses(project):
+    src = BUGGY.replace("optimizer.step()\n", "optimizer.step()  # noqa: TL103\n")
+    (project / "train.py").write_text(src)
+    assert tl("train.py", "--no-cache", cwd=project).returncode == 0
+    src = BUGGY.replace("optimizer.step()\n", "optimizer.step()  # noqa: TL101\n")
+    (project / "train.py").write_text(src)
+    assert tl("train.py", "--no-cache", cwd=project).returncode == 1
+
+
+def test_file_level_noqa(project):
+    (project / "train.py").write_text("# torchlint: noqa\n" + BUGGY)
+    assert tl("train.py", "--no-cache", cwd=project).returncode == 0
+
+
+def test_config_select_and_per_file_ignores(project):
+    (project / "pyproject.toml").write_text('[tool.torchlint]\nper-file-ignores = { "train.py" = ["TL103"] }\n')
+    assert tl(".", "--no-cache", cwd=project).returncode == 0
+    (project / "pyproject.toml").write_text('[tool.torchlint]\nignore = ["TL10"]\n')
+    assert tl(".", "--no-cache", cwd=project).returncode == 0
+
+
+@pytest.mark.parametrize("body,needle", [
+    ('[tool.torchlint]\nselect = "TL1"\n', "`tool.torchlint.select` must be a list of strings"),
+    ('[tool.torchlint]\nunknown-key = 1\n', "unknown key `tool.torchlint.unknown-key`"),
+    ('[tool.torchlint]\nignore = ["XX1"]\n', "unknown rule code or prefix `XX1`"),
+    ('[tool.torchlint\nselect = 1\n', "invalid TOML"),
+])
+def test_bad_config_exits_two_with_the_key(project, body, needle):
+    (project / "pyproject.toml").write_text(body)
+    r = tl(".", "--no-cache", cwd=project)
+    assert r.returncode == 2
+    assert needle in r.stderr and "pyproject.toml" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_syntax_error_is_tl001_and_other_files_still_linted(project):
+    (project / "broken.py").write_text("def f(:\n    pass\n")
+    r = tl(".", "--no-cache", cwd=project)
+    assert r.returncode == 1
+    assert "broken.py:1:" in r.stdout and "TL001" in r.stdout
+    assert "train.py:11:13: TL103" in r.stdout
+
+
+def test_missing_path_is_an_error_but_others_are_linted(project):
+    r = tl("train.py", "nope.py", "--no-cache", cwd=project)
+    assert r.returncode == 2
+    assert "nope.py" in r.stderr and "TL103" in r.stdout
+
+
+def test_gitignore_and_exclude_are_honoured(project):
+    sub = project / "generated"
+    sub.mkdir()
+    (sub / "copy.py").write_text(BUGGY)
+    (project / ".gitignore").write_text("generated/\n")
+    (project / "clean.py").unlink()
+    r = tl(".", "--no-cache", cwd=project)
+    assert "generated" not in r.stdout and "train.py" in r.stdout
+    # a path named on the command line is always linted
+    r = tl("generated/copy.py", "--no-cache", cwd=project)
+    assert "TL103" in r.stdout
+
+
+def test_rule_and_rules_commands():
+    r = tl("rule", "TL103")
+    assert r.returncode == 0
+    assert "## What it does" in r.stdout and "## Why is this bad?" in r.stdout and "Use instead:" in r.stdout
+    r = tl("rule", "TL999")
+    assert r.returncode == 2 and "unknown rule code" in r.stderr
+    r = tl("rules", "--output-format", "json")
+    codes = [x["code"] for x in json.loads(r.stdout)]
+    assert "TL101" in codes and "TL204" in codes
+
+
+def test_version():
+    from torchlint import __version__
+
+    r = tl("--version")
+    assert __version__ in r.stdout
+
+
+def test_static_linter_never_imports_torch(project):
+    code = ("import sys, runpy; sys.argv=['torchlint', 'train.py', '--no-cache'];\n"
+            "import torchlint.cli as c\n"
+            "try:\n    c.main()\nexcept SystemExit:\n    pass\n"
+            "assert 'torch' not in sys.modules, 'torch was imported'\nprint('ok')")
+    r = subprocess.run([sys.executable, "-c", code], cwd=project, capture_output=True, text=True, timeout=120)
+    assert r.stdout.strip().endswith("ok"), r.stderr
+
+
+def test_cache_gives_identical_results(project):
+    a = tl(".", cwd=project)
+    assert (project / ".torchlint_cache" / "CACHEDIR.TAG").exists()
+    assert (project / ".torchlint_cache" / ".gitignore").exists()
+    b = tl(".", cwd=project)
+    assert a.stdout == b.stdout and a.returncode == b.returncode == 1

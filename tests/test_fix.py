@@ -1,0 +1,242 @@
+"""Autofixes: the fixture pairs, the fix loop's guarantees, the CLI flags and `--add-noqa`."""
+import glob
+import os
+import stat
+
+import libcst as cst
+import pytest
+from click.testing import CliRunner
+
+from torchlint.cli import main
+from torchlint.engine import LintOptions, lint_text
+from torchlint.findings import Edit, Finding, Fix, Position, Span
+from torchlint.fixer import add_noqa, fix_text, noqa_text
+from torchlint.fixes import apply_fixes, apply_fixes_detailed
+from torchlint.selection import enabled_codes
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PAIRS = sorted(p for p in glob.glob(os.path.join(ROOT, "fixtures", "fixes", "*.py")) if not p.endswith(".fixed.py"))
+OPTS = LintOptions(frozenset(enabled_codes(["TL"], [], [])))
+
+
+def _read(p):
+    with open(p, encoding="utf-8", newline="") as fh:
+        return fh.read()
+
+
+def _lint(path, text):
+    return lint_text(str(path), text, OPTS).findings
+
+
+def _ids(findings):
+    return {(f.code, f.fingerprint) for f in findings}
+
+
+# ------------------------------------------------------------------ fixture pairs
+@pytest.mark.parametrize("path", PAIRS, ids=[os.path.basename(p) for p in PAIRS])
+def test_fixture_pair(path):
+    original = _read(path)
+    expected = _read(path[:-3] + ".fixed.py")
+    before = _lint(path, original)
+    fixable = [f for f in before if f.fix is not None]
+    assert fixable, "a pair must exercise at least one fix"
+    res = fix_text(path, original, OPTS, unsafe=True)
+    cst.parse_module(res.fixed)  # the fixed program parses
+    assert res.fixed == expected
+    # the fixed findings are gone
+    after = _lint(path, res.fixed)
+    assert not (_ids(fixable) & _ids(after)), [f"{f.code}:{f.line}" for f in after]
+    assert {a.code for a in res.applied} == {f.code for f in fixable}
+    # a second pass changes nothing
+    again = fix_text(path, res.fixed, OPTS, unsafe=True)
+    assert again.fixed == res.fixed and again.applied == []
+
+
+def test_pairs_cover_the_loop_order_and_mode_fixes():
+    from torchlint.rule import all_rules
+
+    covered = set()
+    for p in PAIRS:
+        covered |= {a.code for a in fix_text(p, _read(p), OPTS, unsafe=True).applied}
+    with_fixes = {c for c, r in all_rules().items() if r.fix_safety and c[:3] in ("TL1", "TL2")}
+    assert with_fixes - covered == set()
+
+
+def test_cli_fix_writes_the_expected_file(tmp_path):
+    src = os.path.join(ROOT, "fixtures", "fixes", "mlp_never_zero_grad.py")
+    p = tmp_path / "train.py"
+    p.write_text(_read(src))
+    r = CliRunner().invoke(main, ["check", "--no-cache", "--fix", "--unsafe-fixes", str(p)])
+    assert r.exit_code == 0, r.output
+    assert _read(p) == _read(src[:-3] + ".fixed.py")
+
+
+# ------------------------------------------------------------------ safe / unsafe, --diff, --show-fixes
+BUGGY = '''\
+"""Train a tiny regressor and report the validation loss."""
+import torch
+import torch.nn as nn
+
+
+def validate(model, batches):
+    model.eval()
+    total = 0.0
+    for x, y in batches:
+        total += nn.functional.mse_loss(model(x), y).item()
+    return total / len(batches)
+
+
+def train(model, batches, optimizer):
+    model.train()
+    for x, y in batches:
+        loss = nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+
+
+def main():
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    batches = [(torch.randn(8, 4), torch.randn(8, 1)) for _ in range(4)]
+    train(model, batches, optimizer)
+    print(validate(model, batches))
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def _codes(path):
+    return sorted(f.code for f in _lint(path, _read(path)))
+
+
+def test_fix_applies_safe_fixes_only_unless_asked(tmp_path):
+    p = tmp_path / "train.py"
+    p.write_text(BUGGY)
+    assert _codes(p) == ["TL103", "TL203"]
+    r = CliRunner().invoke(main, ["check", "--no-cache", "--fix", str(p)])
+    assert r.exit_code == 1  # TL103 remains (its fix is unsafe)
+    assert "TL103" in r.output and "TL203" not in r.output
+    assert "with torch.no_grad():\n        for x, y in batches:\n            total +=" in _read(p)
+    assert _codes(p) == ["TL103"]
+    r = CliRunner().invoke(main, ["check", "--no-cache", "--fix", "--unsafe-fixes", "--show-fixes", str(p)])
+    assert r.exit_code == 0, r.output
+    assert "TL103 (missing-zero-grad)" in r.output and "(unsafe)" in r.output
+    assert "    for x, y in batches:\n        optimizer.zero_grad()\n        loss =" in _read(p)
+    assert _codes(p) == []
+
+
+def test_diff_writes_nothing_and_exits_1(tmp_path):
+    p = tmp_path / "train.py"
+    p.write_text(BUGGY)
+    os.utime(p, (1_000_000_000, 1_000_000_000))
+    r = CliRunner().invoke(main, ["check", "--no-cache", "--diff", str(p)])
+    assert r.exit_code == 1
+    assert f"--- {p}" in r.output or "--- " in r.output
+    assert "+    with torch.no_grad():" in r.output
+    assert "zero_grad" not in r.output  # unsafe: not without --unsafe-fixes
+    assert _read(p) == BUGGY and os.stat(p).st_mtime == 1_000_000_000
+    r = CliRunner().invoke(main, ["check", "--no-cache", "--diff", "--unsafe-fixes", str(p)])
+    assert r.exit_code == 1 and "+        optimizer.zero_grad()" in r.output
+    # nothing to fix -> no diff, exit 0
+    clean = tmp_path / "clean.py"
+    clean.write_text('"""Nothing to do."""\nimport torch\n\nprint(torch.ones(2).sum())\n')
+    r = CliRunner().invoke(main, ["check", "--no-cache", "--diff", str(clean)])
+    assert r.exit_code == 0 and "---" not in r.output
+
+
+# ------------------------------------------------------------------ files: encoding, BOM, CRLF, mode, mtime
+def test_crlf_bom_encoding_and_permissions_are_kept(tmp_path):
+    crlf = tmp_path / "crlf.py"
+    crlf.write_bytes(b"\xef\xbb\xbf" + BUGGY.replace("\n", "\r\n").encode("utf-8"))
+    os.chmod(crlf, 0o640)
+    latin = tmp_path / "latin.py"
+    latin.write_bytes(("# -*- coding: latin-1 -*-\n# d\xe9j\xe0 vu\n" + BUGGY).encode("latin-1"))
+    clean = tmp_path / "clean.py"
+    clean.write_text('"""Nothing to fix here."""\nimport torch\n\nmodel = torch.nn.Linear(2, 2)\nmodel.eval()\n')
+    os.utime(clean, (1_000_000_000, 1_000_000_000))
+    r = CliRunner().invoke(main, ["check", "--no-cache", "--fix", "--unsafe-fixes", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    data = crlf.read_bytes()
+    assert data.startswith(b"\xef\xbb\xbf")
+    text = data[3:].decode("utf-8")
+    assert "\n" not in text.replace("\r\n", "")  # every line ending is still CRLF
+    assert "    with torch.no_grad():\r\n        for x, y in batches:\r\n" in text
+    assert stat.S_IMODE(os.stat(crlf).st_mode) == 0o640
+    ldata = latin.read_bytes()
+    assert b"# d\xe9j\xe0 vu\n" in ldata and b"optimizer.zero_grad()" in ldata
+    assert os.stat(clean).st_mtime == 1_000_000_000  # untouched
+    assert not [n for n in os.listdir(tmp_path) if "torchlint-tmp" in n]
+
+
+def test_symlink_stays_a_link(tmp_path):
+    real = tmp_path / "real_train.py"
+    real.write_text(BUGGY)
+    link = tmp_path / "train.py"
+    link.symlink_to(real)
+    r = CliRunner().invoke(main, ["check", "--no-cache", "--fix", str(link)])
+    assert r.exit_code == 1
+    assert os.path.islink(link) and "torch.no_grad()" in real.read_text()
+
+
+# ------------------------------------------------------------------ the fix loop's guarantees
+def _finding(code, line, fix, fp="x"):
+    return Finding(code, "synthetic", "m", "t.py", Span.of(line, 0, line, 1), fix=fix, fingerprint=fp)
+
+
+def test_overlapping_edits_skip_the_later_fix():
+    text = "a = 1\nb = 2\nc = 3\n"
+    f1 = Fix("one", (Edit(Position(1, 0), Position(2, 0), "a = 10\n"),))
+    f2 = Fix("two", (Edit(Position(1, 4), Position(1, 5), "99"),))  # inside f1's range
+    f3 = Fix("three", (Edit(Position(3, 4), Position(3, 5), "30"),))
+    out, idx = apply_fixes_detailed(text, [f1, f2, f3])
+    assert out == "a = 10\nb = 2\nc = 30\n" and idx == [0, 2]
+    # two insertions at the same place: only the first
+    g1 = Fix("g1", (Edit(Position(2, 0), Position(2, 0), "x = 0\n"),))
+    g2 = Fix("g2", (Edit(Position(2, 0), Position(2, 0), "y = 0\n"),))
+    assert apply_fixes(text, [g1, g2]) == ("a = 1\nx = 0\nb = 2\nc = 3\n", 1)
+
+
+def test_a_fix_that_breaks_the_syntax_is_discarded(tmp_path):
+    text = '"""Clean."""\nimport torch\n\nx = torch.ones(3)\nprint(x.sum())\n'
+    broken = _finding("TL999", 4, Fix("break it", (Edit(Position(4, 0), Position(4, 0), "def (:\n"),)), "b")
+    fine = _finding("TL998", 5, Fix("rename", (Edit(Position(5, 6), Position(5, 7), "x "),)), "f")
+    res = fix_text(str(tmp_path / "t.py"), text, OPTS, first=[broken, fine])
+    assert res.fixed == text.replace("print(x.sum())", "print(x .sum())")
+    assert [d.code for d in res.discarded] == ["TL999"] and [a.code for a in res.applied] == ["TL998"]
+
+
+def test_a_fix_that_does_not_remove_its_finding_is_undone(tmp_path):
+    path = tmp_path / "train.py"
+    real = next(f for f in _lint(path, BUGGY) if f.code == "TL103")
+    useless = Fix("add a comment", (Edit(Position(real.line, 0), Position(real.line, 0), "        # hm\n"),))
+    fake = Finding(real.code, real.name, real.message, real.path, real.span, fix=useless,
+                   fingerprint=real.fingerprint)
+    res = fix_text(str(path), BUGGY, OPTS, first=[fake])
+    assert "# hm" not in res.fixed
+    assert [d.code for d in res.discarded] == ["TL103"]
+
+
+# ------------------------------------------------------------------ noqa
+def test_add_noqa_merges_and_suppresses(tmp_path):
+    p = tmp_path / "train.py"
+    text = BUGGY.replace("        optimizer.step()\n", "        optimizer.step()  # noqa:TL101\n")
+    p.write_bytes(text.replace("\n", "\r\n").encode())
+    findings = [f for f in lint_text(str(p), text, OPTS).findings]
+    assert sorted(f.code for f in findings) == ["TL103", "TL203"]
+    n = add_noqa(findings)
+    assert n == 2
+    out = p.read_bytes().decode()
+    assert "        optimizer.step()  # noqa: TL101, TL103\r\n" in out
+    assert "    for x, y in batches:  # noqa: TL203\r\n" in out
+    assert _lint(p, out.replace("\r\n", "\n")) == []
+    assert add_noqa(findings) == 0  # already there: nothing added, file untouched
+
+
+def test_noqa_is_not_put_inside_a_multiline_string():
+    text = 'x = """a\nb"""\ny = 1\n'
+    new, n = noqa_text(text, {1: {"TL101"}, 3: {"TL102"}})
+    assert n == 1 and new == 'x = """a\nb"""\ny = 1  # noqa: TL102\n'
+    bare = "y = 1  # noqa\n"
+    assert noqa_text(bare, {1: {"TL102"}}) == (bare, 0)

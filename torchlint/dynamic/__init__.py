@@ -1,0 +1,363 @@
+"""The dynamic mode: confirm static findings by running the code (opt-in, ``--dynamic`` / ``confirm``).
+
+``confirm_findings`` sets ``finding.dynamic = {"verdict": ..., "evidence": ...}`` on every
+finding, in place:
+
+* ``confirmed`` – a probe saw the bug happen at the finding's line;
+* ``refuted`` – the line ran, the run finished, and the probe saw the code behave correctly;
+* ``not-reached`` – the run never executed the line (or could not decide), and says why.
+
+The code runs in a child interpreter (see :mod:`torchlint.dynamic.runner` for the safety
+model); this module never imports torch.  See docs/dynamic.md.
+"""
+from __future__ import annotations
+
+import os
+from typing import Iterable, Optional
+
+from .plan import PROBED, Source, harness_spec, scope_of
+
+__all__ = ["confirm_findings", "observe", "PROBED"]
+
+CONCLUSIVE = ("ok", "stopped", "exit")
+
+_REFUTE = {
+    "TL101": "every optimizer step had gradients from a backward() that ran before it",
+    "TL102": "no gradients were cleared between backward() and the step that should apply them",
+    "TL103": "no gradients were left over from the previous step when backward() ran",
+    "TL105": "scheduler.step() first ran after optimizer.step()",
+    "TL204": "grad mode was on at every backward()",
+    "TL301": "backward() ran after it without an in-place modification error",
+    "TL501": "no long-lived variable kept a growing autograd graph",
+    "TL502": "no long-lived variable kept a growing autograd graph",
+    "TL601": "every batch tensor reached the model and the loss after .to(device)",
+    "TL602": "no tensor created inside forward without device= met the inputs",
+    "TL701": "the training loader shuffles",
+    "TL702": "no argmax/max without dim ran on a batched tensor",
+    "TL801": "anomaly detection was off at every backward()",
+    "TL404": "the targets were integer class indices",
+}
+
+
+def _abs(p: str) -> str:
+    return os.path.abspath(p)
+
+
+def _dynamic(verdict: str, evidence: str) -> dict:
+    return {"verdict": verdict, "evidence": evidence}
+
+
+def _filter_facts(facts: list) -> list:
+    """Drop what a harness attempt recorded before it was discarded for a stand-in shape mismatch."""
+    out, pending = [], []
+    for f in facts:
+        t = f.get("t")
+        if t == "harness":
+            out.extend(pending)
+            pending = []
+            continue
+        if t == "discard":
+            pending = []
+            continue
+        pending.append(f)
+    return out + pending
+
+
+def _site_hit(sites, path: str, lines) -> bool:
+    for s in sites or ():
+        if len(s) >= 2 and s[0] == path and s[1] in lines:
+            return True
+    return False
+
+
+def _status_reason(jr, line: int, timeout: float) -> str:
+    st = jr.status
+    d = jr.detail or {}
+    if st == "timeout":
+        return f"the run was stopped at the time limit ({timeout:g} s) before line {line} ran"
+    if st == "memory":
+        return f"the run was killed at the memory limit ({d.get('limit_mb')} MiB) before line {line} ran"
+    if st == "died":
+        rc = d.get("returncode")
+        how = f"killed by signal {-rc}" if isinstance(rc, int) and rc < 0 else f"exit status {rc}"
+        msg = d.get("message") or "the process ended abruptly (os._exit, a crash or a kill)"
+        return f"{msg} ({how}) before line {line} ran"
+    if st == "exception":
+        where = d.get("sites") or []
+        at = f" at line {where[0][1]}" if where else ""
+        return f"the run raised {d.get('type')}: {d.get('message', '')[:200]}{at} before line {line} ran"
+    if st == "stopped":
+        stop = next((f.get("reason") for f in jr.facts if f.get("t") == "stop"), "the run was capped")
+        return f"{stop} (steps cap) before line {line} ran"
+    if st == "interrupted":
+        return f"the run was interrupted before line {line} ran"
+    if st == "exit":
+        return f"the program exited with status {d.get('code')} without running line {line}"
+    return f"the run finished without executing line {line}"
+
+
+def _judge(f, path: str, lines: list, jr, timeout: float, src: Source) -> dict:
+    code, line = f.code, f.line
+    head = f"{code} line {line}: "
+    facts = _filter_facts(jr.facts)
+    lineset = set(lines)
+    # 1. positive observations at the finding's lines
+    for o in facts:
+        if o.get("t") != "obs" or code not in o.get("codes", ()):
+            continue
+        if o.get("names"):
+            scope = o.get("scope") or []
+            _, _, first = src.enclosing(line)
+            qual, node, _ = src.enclosing(line)
+            firsts = {first, node.lineno if node is not None else 1}
+            text = src.line_text(line)
+            if scope and scope[0] == path and scope[1] in firsts and any(
+                    n.split(".")[-1] in text for n in o["names"]):
+                return _dynamic("confirmed", head + o["evidence"])
+            continue
+        if _site_hit(o.get("sites"), path, lineset):
+            return _dynamic("confirmed", head + o["evidence"])
+    reached = [x for x in facts if x.get("t") == "reach" and x.get("file") == path and x.get("line") in lineset]
+    fwd = [x for x in facts if x.get("t") == "fwd"]
+    state = next((x for x in reversed(facts) if x.get("t") == "state"), {})
+    # 2. facts judged here: modes at forwards, backward without step
+    if code in ("TL201", "TL202", "TL203"):
+        if code == "TL201":
+            mine = [x for x in fwd if x["sites"] and x["sites"][0][0] == path and x["sites"][0][1] in lineset]
+            bad = [x for x in mine if x["training"]]
+            if bad:
+                x = bad[0]
+                return _dynamic("confirmed", head + (
+                    f"step {x['step']}: the forward of {x['module']} at line {x['sites'][0][1]} ran in evaluation "
+                    f"code with model.training=True (grad mode {'on' if x['grad'] else 'off'}): {x['active']} "
+                    f"Dropout/BatchNorm layer(s) were in training mode, so dropout was active and batch-norm "
+                    f"statistics were updated"))
+            if mine:
+                return _dynamic("refuted", head + f"the forward at line {line} ran {len(mine)} way(s), always with "
+                                                  f"model.training=False")
+        elif code == "TL202":
+            mine = [x for x in fwd if _site_hit(x["sites"], path, lineset) and x["grad"]]
+            bad = [x for x in mine if not x["training"]]
+            if bad:
+                x = bad[0]
+                return _dynamic("confirmed", head + (
+                    f"step {x['step']}: the training forward of {x['module']} at line {x['sites'][0][1]} ran with "
+                    f"model.training=False: dropout and batch norm were in evaluation mode while training"))
+            if mine:
+                return _dynamic("refuted", head + "every training forward under this line ran with "
+                                                  "model.training=True")
+        else:
+            mine = [x for x in fwd if x["sites"] and x["sites"][0][0] == path and x["sites"][0][1] in lineset]
+            bad = [x for x in mine if x["grad"] and not x["training"]]
+            if bad:
+                x = bad[0]
+                return _dynamic("confirmed", head + (
+                    f"step {x['step']}: the evaluation forward of {x['module']} at line {x['sites'][0][1]} ran with "
+                    f"grad mode on: an autograd graph was built for a forward that never runs backward"))
+            if mine and all(not x["grad"] for x in mine):
+                return _dynamic("refuted", head + "every forward in this loop ran with grad mode off")
+    if code == "TL104":
+        for x in facts:
+            if x.get("t") == "end104" and _site_hit(x.get("sites"), path, lineset):
+                if jr.status in CONCLUSIVE:
+                    return _dynamic("confirmed", head + x["evidence"])
+                return _dynamic("not-reached", head + f"{x['evidence']}, but " +
+                                _status_reason(jr, line, timeout).replace(f" before line {line} ran",
+                                                                          " before the run could finish"))
+        for x in facts:
+            if x.get("t") == "anti104" and _site_hit(x.get("sites"), path, lineset) and jr.status in CONCLUSIVE:
+                return _dynamic("refuted", head + x["evidence"])
+    # 3. refuted: the line ran, the run finished, the probe stayed quiet
+    if reached:
+        k = reached[0].get("step", 0)
+        anti = [x for x in facts if x.get("t") == "anti" and code in x.get("codes", ())
+                and _site_hit(x.get("sites"), path, lineset)]
+        if code in ("TL501", "TL502") and (state.get("backwards") or 0) < 3:
+            return _dynamic("not-reached", head + f"line {line} ran, but only {state.get('backwards', 0)} backward() "
+                                                  f"call(s) ran; at least 3 are needed to see a graph grow")
+        if code == "TL104" and not anti:
+            return _dynamic("not-reached", head + f"line {line} ran, but no optimizer of these parameters was "
+                                                  f"seen, so the run cannot tell whether one should step")
+        if code == "TL301" and (state.get("backwards") or 0) <= k and jr.status in CONCLUSIVE:
+            return _dynamic("not-reached", head + f"line {line} ran, but no backward() ran after it")
+        if jr.status in CONCLUSIVE:
+            why = anti[0]["evidence"] if anti else _REFUTE.get(code, "the probe saw nothing wrong")
+            return _dynamic("refuted", head + f"line {line} ran (step {max(k, 1)}) and {why}")
+        return _dynamic("not-reached", head + f"line {line} ran, but " +
+                        _status_reason(jr, line, timeout).replace(f" before line {line} ran",
+                                                                  " before the probe could decide"))
+    return _dynamic("not-reached", head + _status_reason(jr, line, timeout))
+
+
+def _job_targets(items) -> dict:
+    targets: dict = {}
+    for f, path, lines in items:
+        targets.setdefault(path, set()).update(lines)
+    return {k: sorted(v) for k, v in targets.items()}
+
+
+def confirm_findings(findings, files: Iterable = (), device: str = "cpu", entry: Optional[str] = None,
+                     steps: int = 3, timeout: float = 120.0, way: str = "auto",
+                     memory_mb: Optional[int] = None) -> list:
+    """Run the code and set ``finding.dynamic`` on every finding (in place); returns the findings.
+
+    ``way``: ``"auto"`` (the harness where it applies, then the entry for the rest),
+    ``"harness"`` or ``"entry"`` (``entry`` or, without one, each file run as a script).
+    """
+    from .runner import run_entry, run_jobs
+
+    findings = list(findings)
+    device = (device or "cpu").strip()
+    if not (device == "cpu" or device == "cuda" or (device.startswith("cuda:") and device[5:].isdigit())):
+        for f in findings:
+            f.dynamic = _dynamic("not-reached", f"{f.code} line {f.line}: unknown device `{device}` "
+                                                f"(use cpu, cuda or cuda:N)")
+        return findings
+    steps = max(1, int(steps))
+    user_files = sorted({_abs(str(p)) for p in files} | {_abs(f.path) for f in findings})
+    todo = []
+    for f in findings:
+        if f.code not in PROBED:
+            f.dynamic = _dynamic("not-reached", f"{f.code} line {f.line}: the dynamic mode has no probe for "
+                                                f"{f.code} ({f.name})")
+            continue
+        path = _abs(f.path)
+        if not os.path.isfile(path) or f.cell is not None:
+            f.dynamic = _dynamic("not-reached", f"{f.code} line {f.line}: {f.path} is not a Python file the "
+                                                f"dynamic mode can run")
+            continue
+        todo.append((f, path, Source.of(path).match_lines(f.line, f.code)))
+    if not todo:
+        return findings
+    base = {"device": device, "steps": steps, "user_files": user_files}
+    cwd = os.getcwd()
+
+    if entry:
+        job = {"id": 0, "kind": "entry", "codes": sorted({f.code for f, _, _ in todo}),
+               "targets": _job_targets(todo)}
+        out = run_entry(entry, job, base, timeout, device, memory_mb, cwd)
+        _apply(todo, {id(f): 0 for f, _, _ in todo}, out, timeout)
+        return findings
+
+    # harness jobs, one per function
+    assign: dict = {}
+    why_not: dict = {}
+    jobs: list = []
+    if way in ("auto", "harness"):
+        by_fn: dict = {}
+        for f, path, lines in todo:
+            scope = scope_of(f, path)
+            key = (path, scope)
+            if key not in by_fn:
+                spec, why = harness_spec(path, scope, f.code)
+                by_fn[key] = spec
+                if spec is None:
+                    why_not[key] = why
+                else:
+                    spec["id"] = len(jobs)
+                    jobs.append(spec)
+            spec = by_fn[key]
+            if spec is None:
+                why_not[id(f)] = why_not[key]
+                continue
+            assign[id(f)] = spec["id"]
+            spec.setdefault("_items", []).append((f, path, lines))
+        for j in jobs:
+            items = j.pop("_items")
+            j["codes"] = sorted({f.code for f, _, _ in items})
+            j["targets"] = _job_targets(items)
+        out = run_jobs(jobs, base, timeout, device, memory_mb, cwd) if jobs else None
+        if out is not None:
+            _apply([t for t in todo if id(t[0]) in assign], assign, out, timeout)
+            if out.env.get("error"):
+                for f, _, _ in todo:
+                    f.dynamic = _dynamic("not-reached", f"{f.code} line {f.line}: {out.env['error']}")
+                return findings
+    if way == "harness":
+        for f, path, lines in todo:
+            if id(f) not in assign:
+                f.dynamic = _dynamic("not-reached", f"{f.code} line {f.line}: no harness: "
+                                                    f"{why_not.get(id(f), 'not applicable')}")
+        return findings
+    # scripts: every file with a __main__ block, for the findings the harness did not settle
+    rest = [t for t in todo if t[0].dynamic is None or t[0].dynamic.get("verdict") == "not-reached"]
+    if not rest:
+        return findings
+    sjobs, sassign = [], {}
+    by_path: dict = {}
+    for f, path, lines in rest:
+        if path not in by_path:
+            if Source.of(path).runnable():
+                by_path[path] = {"id": len(sjobs), "kind": "script", "path": path, "args": [], "_items": [],
+                                 "cwd": os.path.dirname(path)}
+                sjobs.append(by_path[path])
+            else:
+                by_path[path] = None
+        j = by_path[path]
+        if j is None:
+            why = why_not.get(id(f))
+            msg = ("no --entry given and the file has no `if __name__ == \"__main__\":` block to run"
+                   + (f"; no harness: {why}" if why else ""))
+            if f.dynamic:
+                f.dynamic = _dynamic("not-reached", f.dynamic["evidence"] + "; " + msg)
+            else:
+                f.dynamic = _dynamic("not-reached", f"{f.code} line {f.line}: {msg}")
+            continue
+        j["_items"].append((f, path, lines))
+        sassign[id(f)] = j["id"]
+    for j in sjobs:
+        items = j.pop("_items")
+        j["codes"] = sorted({f.code for f, _, _ in items})
+        j["targets"] = _job_targets(items)
+    if sjobs:
+        out = run_jobs(sjobs, base, timeout, device, memory_mb, cwd)
+        if out.env.get("error"):
+            for f, _, _ in rest:
+                f.dynamic = _dynamic("not-reached", f"{f.code} line {f.line}: {out.env['error']}")
+            return findings
+        keep = {id(f): f.dynamic for f, _, _ in rest}
+        _apply([t for t in rest if id(t[0]) in sassign], sassign, out, timeout)
+        for f, _, _ in rest:
+            prev = keep.get(id(f))
+            if prev and id(f) in sassign and f.dynamic["verdict"] == "not-reached":
+                f.dynamic["evidence"] += "; harness: " + prev["evidence"].split(": ", 1)[-1]
+    return findings
+
+
+def _apply(items, assign, out, timeout):
+    from .runner import JobResult
+
+    for f, path, lines in items:
+        jid = assign.get(id(f))
+        jr = out.jobs.get(jid) or JobResult(jid)
+        if jr.status is None:
+            jr.status = "died"
+            jr.detail = {"message": "the run produced no result", "returncode": None}
+        if out.env.get("error"):
+            f.dynamic = _dynamic("not-reached", f"{f.code} line {f.line}: {out.env['error']}")
+            continue
+        f.dynamic = _judge(f, path, lines, jr, timeout, Source.of(path))
+        kind = next((x for x in jr.facts if x.get("t") == "start"), {}).get("kind")
+        if kind == "harness" and f.dynamic["verdict"] != "confirmed":
+            call = next((x.get("call") for x in reversed(jr.facts) if x.get("t") == "harness"), None)
+            if call:
+                f.dynamic["evidence"] += f" (harness: {call} with stand-ins)"
+
+
+def observe(paths, device: str = "cpu", steps: int = 3, timeout: float = 120.0, codes=None,
+            memory_mb: Optional[int] = None, entry: Optional[str] = None):
+    """Run each file as a script (or ``entry``) with every probe on; returns the RunOutcome.
+
+    Used by the tests and the benchmark to check that correct programs make no probe fire.
+    """
+    from .runner import run_entry, run_jobs
+
+    codes = sorted(codes or PROBED)
+    paths = [_abs(p) for p in paths]
+    base = {"device": device, "steps": steps, "user_files": paths}
+    if entry:
+        return run_entry(entry, {"id": 0, "kind": "entry", "codes": codes, "targets": {}}, base, timeout,
+                         device, memory_mb)
+    jobs = [{"id": i, "kind": "script", "path": p, "args": [], "codes": codes, "targets": {},
+             "cwd": os.path.dirname(p)} for i, p in enumerate(paths)]
+    return run_jobs(jobs, base, timeout, device, memory_mb)

@@ -1,0 +1,1109 @@
+"""The probes installed in the child interpreter (imports torch; never imported by the linter).
+
+Every probe records *facts* (what ran where, in which mode, with which gradients) and writes
+them, one JSON object a line, to the results file.  The parent (:mod:`torchlint.dynamic.judge`)
+turns facts into verdicts.  Nothing here changes what the user's program computes, except:
+
+* every ``DataLoader`` iteration yields at most ``steps`` batches and loads in the main
+  process (``num_workers=0``);
+* the run stops (a ``StopRun`` exception, a ``BaseException`` so ``except Exception`` in user
+  code does not swallow it) after ``4 * steps + 2`` backward calls or optimizer steps;
+* anomaly detection is on when TL301 is being confirmed.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import threading
+import time
+import weakref
+
+import torch
+import torch.nn as nn
+from torch.overrides import TorchFunctionMode
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
+
+
+class StopRun(BaseException):
+    """Raised by the probes to end a run once enough steps were seen."""
+
+
+# ----------------------------------------------------------------------- writer
+class Writer:
+    """Appends JSON lines to the results file; capped in lines and bytes."""
+
+    MAX_BYTES = 4 * 1024 * 1024
+
+    def __init__(self, path: str, job):
+        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        self.job = job
+        self.written = 0
+        self.lock = threading.Lock()
+
+    def __call__(self, _t: str, **data) -> None:
+        kind = _t
+        data["t"] = kind
+        data["job"] = self.job
+        try:
+            line = (json.dumps(data, default=str) + "\n").encode("utf-8", "replace")
+        except Exception:
+            return
+        with self.lock:
+            if self.written + len(line) > self.MAX_BYTES and kind not in ("end", "state"):
+                return
+            self.written += len(line)
+            try:
+                os.write(self.fd, line)
+            except OSError:
+                pass
+
+
+def _is_inplace(func, kwargs) -> str:
+    name = getattr(func, "__name__", "")
+    if kwargs.get("inplace") is True:
+        return name
+    if "out" in kwargs and kwargs["out"] is not None:
+        return name + "(out=)"
+    if name == "__setitem__":
+        return "index assignment"
+    if name.endswith("_") and not name.endswith("__") and not name.startswith("_"):
+        return name
+    if name in ("__iadd__", "__isub__", "__imul__", "__itruediv__", "__ipow__"):
+        return name
+    return ""
+
+
+_FACTORIES = {"zeros", "ones", "arange", "randn", "rand", "empty", "full", "eye", "tensor",
+              "linspace", "randint", "randperm"}
+_VIEWISH = {"ViewBackward0", "SqueezeBackward0", "SqueezeBackward1", "SqueezeBackward2",
+            "SqueezeBackward3", "UnsqueezeBackward0", "ReshapeAliasBackward0", "UnsafeViewBackward0",
+            "CloneBackward0", "SelectBackward0", "SliceBackward0", "ExpandBackward0",
+            "ToCopyBackward0", "TBackward0", "PermuteBackward0", "TransposeBackward0",
+            "ViewBackward1", "AsStridedBackward0", "IndexBackward0", "CatBackward0"}
+_LOSSES = {"cross_entropy": "cross_entropy", "nll_loss": "nll_loss",
+           "binary_cross_entropy_with_logits": "binary_cross_entropy_with_logits",
+           "binary_cross_entropy": "binary_cross_entropy"}
+
+
+def _tensors(obj, depth=0):
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif depth < 3 and isinstance(obj, (list, tuple)):
+        for o in obj[:64]:
+            yield from _tensors(o, depth + 1)
+    elif depth < 3 and isinstance(obj, dict):
+        for o in list(obj.values())[:64]:
+            yield from _tensors(o, depth + 1)
+
+
+def _provenance(t, limit=6):
+    """The op that produced ``t``, looking through views: 'SoftmaxBackward0', ... or None."""
+    fn = getattr(t, "grad_fn", None)
+    for _ in range(limit):
+        if fn is None:
+            return None
+        name = fn.name()
+        if name not in _VIEWISH:
+            return name
+        nxt = [n for n, _ in fn.next_functions if n is not None]
+        fn = nxt[0] if nxt else None
+    return None
+
+
+def _fmt(x: float) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "nan"
+    return f"{x:.3g}" if abs(x) < 1e4 else f"{x:.3e}"
+
+
+# ------------------------------------------------------------------ optimizer state
+class _Opt:
+    __slots__ = ("ref", "name", "steps", "touched", "ever_touched", "bw_since_step", "state", "stale",
+                 "cleared_between", "last_clear", "nonzero_after_bw", "first_step_before_bw",
+                 "pending101", "first_bw_site", "bw_count", "norm_after_bw", "step_site", "last_bw_site",
+                 "prev_steps_site")
+
+    def __init__(self, opt):
+        self.ref = weakref.ref(opt)
+        self.name = type(opt).__name__
+        self.steps = 0
+        self.touched = False
+        self.ever_touched = False
+        self.bw_since_step = 0
+        self.state = "fresh"  # fresh | stepped | clean
+        self.stale = None  # (norm, step index) seen before a backward after a step
+        self.cleared_between = None  # clear site between backwards of one step window
+        self.last_clear = None
+        self.nonzero_after_bw = False
+        self.first_step_before_bw = False
+        self.pending101 = None
+        self.first_bw_site = None
+        self.bw_count = 0
+        self.norm_after_bw = 0.0
+        self.step_site = None
+        self.last_bw_site = None
+
+
+class Probes(TorchFunctionMode):
+    def __init__(self, cfg: dict, emit: Writer):
+        super().__init__()
+        self.cfg = cfg
+        self.emit = emit
+        self.steps = max(1, int(cfg.get("steps", 3)))
+        self.codes = set(cfg.get("codes") or ())
+        self.device = cfg.get("device", "cpu")
+        self.user_files = {os.path.abspath(p) for p in cfg.get("user_files", ())}
+        self.targets = {os.path.abspath(k): set(v) for k, v in (cfg.get("targets") or {}).items()}
+        self.max_backward = 8 * self.steps + 4
+        self.max_steps = 3 * self.steps + 2
+        self.max_forward = 200 * self.steps
+        self._fn_cache: dict = {}
+        self.reset()
+
+    # ------------------------------------------------------------------ state
+    def reset(self):
+        self.opts: dict = {}
+        self.backwards = 0
+        self.forwards = 0
+        self.opt_steps = 0
+        self.depth = 0
+        self.in_backward = False
+        self.in_scaler = None
+        self.fwd_seen: set = set()
+        self.inplace_log: list = []
+        self.unmoved: dict = {}
+        self.moved: dict = {}
+        self.deviceless: dict = {}
+        self.moved_modules: dict = {}
+        self.loaders: dict = {}
+        self.last_loader = None
+        self.loader_reported: set = set()
+        self.anomaly_site = None
+        self.user_anomaly = False
+        self.series: dict = {}
+        self.cuda_mem: list = []
+        self.reached: set = set()
+        self.recent_lines: set = set()  # target lines run since the last backward()
+        self.sched_first: set = set()
+        self.emitted: set = set()
+        self.stopped = False
+        self.suspended = 0
+
+    # ------------------------------------------------------------------ sites
+    def _is_user(self, filename: str) -> bool:
+        r = self._fn_cache.get(filename)
+        if r is None:
+            a = os.path.abspath(filename)
+            if self.user_files:
+                r = a in self.user_files
+            else:
+                r = not (a.startswith(_TORCH_DIR) or a.startswith(_HERE) or "site-packages" in a
+                         or a.startswith(sys.prefix) or filename.startswith("<"))
+            self._fn_cache[filename] = r
+        return r
+
+    def sites(self, limit=8):
+        """User frames on the stack, innermost first: [[file, line, function], ...]."""
+        out = []
+        f = sys._getframe(1)
+        while f is not None and len(out) < limit:
+            co = f.f_code
+            if self._is_user(co.co_filename):
+                out.append([os.path.abspath(co.co_filename), f.f_lineno, co.co_name])
+            f = f.f_back
+        return out
+
+    def obs(self, code, sites, evidence, key=None, **extra):
+        """A positive observation for ``code`` (codes may be a list) at ``sites``."""
+        k = key or (code if isinstance(code, str) else tuple(code),
+                    tuple(tuple(s[:2]) for s in sites[:1]))
+        if k in self.emitted:
+            return
+        self.emitted.add(k)
+        codes = [code] if isinstance(code, str) else list(code)
+        self.emit("obs", codes=codes, sites=sites, evidence=evidence, step=self.backwards, **extra)
+
+    def anti(self, code, sites, evidence):
+        k = ("anti", code, tuple(tuple(s[:2]) for s in sites[:1]))
+        if k in self.emitted:
+            return
+        self.emitted.add(k)
+        self.emit("anti", codes=[code], sites=sites, evidence=evidence, step=self.backwards)
+
+    # ------------------------------------------------------------------ coverage
+    def tracer(self, frame, event, arg):
+        fn = os.path.abspath(frame.f_code.co_filename) if frame.f_code.co_filename in self._trace_files \
+            else None
+        if fn is None:
+            return None
+        lines = self.targets.get(fn)
+        reached = self.reached
+        recent = self.recent_lines
+
+        def local(fr, ev, a):
+            if ev == "line":
+                ln = fr.f_lineno
+                if ln in lines:
+                    recent.add((fn, ln))
+                    if (fn, ln) not in reached:
+                        reached.add((fn, ln))
+                        self.emit("reach", file=fn, line=ln, step=self.backwards)
+            return local
+        return local
+
+    def start_tracing(self):
+        if not self.targets:
+            return
+        self._trace_files = set()
+        for f in self.targets:
+            self._trace_files.add(f)
+        # code objects carry the path as it was given: accept any spelling that resolves to it
+        self._trace_files = _Spellings(self.targets)
+        sys.settrace(self.tracer)
+        threading.settrace(self.tracer)
+
+    # ------------------------------------------------------------------ grads
+    def _params(self, opt):
+        for g in opt.param_groups:
+            for p in g["params"]:
+                if isinstance(p, torch.Tensor):
+                    yield p
+
+    def grad_state(self, opt):
+        """(number of params, how many have a grad, total norm)."""
+        n = have = 0
+        sq = 0.0
+        with torch.no_grad():
+            for p in self._params(opt):
+                n += 1
+                g = p.grad
+                if g is not None:
+                    have += 1
+                    try:
+                        v = float(g.detach().float().norm())
+                    except Exception:
+                        v = 0.0
+                    sq += v * v
+        return n, have, math.sqrt(sq)
+
+    def signature(self):
+        sig = {}
+        for key, st in list(self.opts.items()):
+            opt = st.ref()
+            if opt is None:
+                del self.opts[key]
+                continue
+            sig[key] = [(id(p.grad), p.grad._version) if p.grad is not None else None
+                        for p in self._params(opt)]
+        return sig
+
+    def opt_state(self, opt) -> _Opt:
+        st = self.opts.get(id(opt))
+        if st is None or st.ref() is not opt:
+            st = _Opt(opt)
+            self.opts[id(opt)] = st
+        return st
+
+    # ------------------------------------------------------------------ optimizer hooks
+    def step_pre(self, opt, args, kwargs):
+        if self.suspended:
+            return
+        st = self.opt_state(opt)
+        # args holds the optimizer itself first, then step()'s own arguments
+        closure = any(callable(a) and not isinstance(a, torch.optim.Optimizer) for a in args) or \
+            (kwargs or {}).get("closure") is not None
+        if self.in_scaler is opt:
+            return
+        self._check_step(opt, st, self.sites(), closure)
+
+    def step_post(self, opt, args, kwargs):
+        if self.suspended:
+            return
+        self.opt_steps += 1
+        if self.opt_steps >= self.max_steps and not self.stopped:
+            self.stopped = True
+            self.emit("stop", reason=f"run capped after {self.opt_steps} optimizer steps", step=self.backwards)
+            raise StopRun()
+
+    def _check_step(self, opt, st: _Opt, sites, closure: bool, what="optimizer.step()"):
+        st.steps += 1
+        k = st.steps
+        st.step_site = sites
+        if closure:
+            st.touched = True
+            self._after_step(st)
+            return
+        n, have, norm = self.grad_state(opt)
+        line = sites[0][1] if sites else "?"
+        if not st.touched:
+            if not st.ever_touched:
+                if k == 1:
+                    st.first_step_before_bw = True
+                st.pending101 = (sites, f"step {k}: {what} at line {line} ran before any backward(): "
+                                        f"{n - have} of {n} parameters of {st.name} had no gradient (grad None)"
+                                        + (f", gradient norm {_fmt(norm)}" if have else ""))
+            elif norm == 0.0:
+                st.pending101 = (sites, f"step {k}: {what} at line {line} ran with all-zero gradients and no "
+                                        f"backward() since the previous step")
+        elif norm == 0.0:
+            if st.first_step_before_bw:
+                self.obs("TL101", sites, f"step {k}: {what} at line {line} applied all-zero gradients of "
+                                         f"{st.name}: the gradients were cleared and the backward() of this "
+                                         f"iteration had not run yet")
+            else:
+                clear = st.last_clear
+                csites = (clear or [])
+                if not clear:  # cleared by assignment (p.grad = None): the target lines run since backward
+                    csites = [[f, ln, "?"] for f, ln in sorted(self.recent_lines)]
+                cl = f"by {clear[0][2] if False else 'zero_grad()'} at line {clear[0][1]} " if clear else ""
+                self.obs("TL102", csites + sites,
+                         f"step {k}: gradients were cleared {cl}after backward() (gradient norm "
+                         f"{_fmt(st.norm_after_bw)}) and before {what} at line {line}: the step applied "
+                         f"all-zero gradients")
+        elif st.bw_since_step >= 2 and st.cleared_between:
+            clear = st.cleared_between
+            self.obs("TL102", clear + sites,
+                     f"step {k}: {st.bw_since_step} backward() calls ran since the previous step but "
+                     f"zero_grad() at line {clear[0][1] if clear else '?'} cleared the gradients between them: "
+                     f"only the last micro-batch's gradient (norm {_fmt(norm)}) reached {what}")
+        elif st.stale is not None:
+            snorm, sstep = st.stale
+            self.obs("TL103", sites,
+                     f"step {k}: gradient norm before backward was {_fmt(snorm)}, gradients from step "
+                     f"{sstep} were not cleared, so {what} at line {line} applied the sum of "
+                     f"{k - sstep + 1} steps' gradients")
+        self._after_step(st)
+
+    def _after_step(self, st: _Opt):
+        st.touched = False
+        st.bw_since_step = 0
+        st.cleared_between = None
+        st.stale = None
+        st.state = "stepped"
+
+    def scaler_step(self, orig):
+        probes = self
+
+        def step(scaler, optimizer, *args, **kwargs):
+            if probes.suspended or not isinstance(optimizer, torch.optim.Optimizer):
+                return orig(scaler, optimizer, *args, **kwargs)
+            st = probes.opt_state(optimizer)
+            probes._check_step(optimizer, st, probes.sites(), bool(args) or "closure" in kwargs,
+                               what="scaler.step(optimizer)")
+            probes.in_scaler = optimizer
+            try:
+                return orig(scaler, optimizer, *args, **kwargs)
+            finally:
+                probes.in_scaler = None
+        return step
+
+    def zero_grad_wrapper(self, orig, is_module):
+        probes = self
+
+        def zero_grad(obj, *args, **kwargs):
+            if probes.suspended:
+                return orig(obj, *args, **kwargs)
+            sites = probes.sites()
+            before = {k: st for k, st in probes.opts.items()}
+            r = orig(obj, *args, **kwargs)
+            for key, st in before.items():
+                opt = st.ref()
+                if opt is None:
+                    continue
+                if is_module:
+                    ids = {id(p) for p in obj.parameters()}
+                    if not any(id(p) in ids for p in probes._params(opt)):
+                        continue
+                elif opt is not obj:
+                    continue
+                st.last_clear = sites
+                if st.bw_since_step >= 1 and st.nonzero_after_bw and not st.cleared_between:
+                    st.cleared_between = sites
+                st.nonzero_after_bw = False
+            return r
+        return zero_grad
+
+    # ------------------------------------------------------------------ backward
+    def backward_wrapper(self, orig, is_tensor):
+        probes = self
+
+        def backward(*args, **kwargs):
+            if probes.in_backward or probes.suspended:
+                return orig(*args, **kwargs)
+            probes.in_backward = True
+            try:
+                return probes._backward(orig, args, kwargs, is_tensor)
+            finally:
+                probes.in_backward = False
+        return backward
+
+    def _backward(self, orig, args, kwargs, is_tensor):
+        sites = self.sites()
+        if self.backwards >= self.max_backward and not self.stopped:
+            self.stopped = True
+            self.emit("stop", reason=f"run capped after {self.backwards} backward() calls", step=self.backwards)
+            raise StopRun()
+        self.backwards += 1
+        k = self.backwards
+        line = sites[0][1] if sites else "?"
+        t = args[0] if args else kwargs.get("tensors")
+        if isinstance(t, (list, tuple)):
+            t = t[0] if t else None
+        grad_on = torch.is_grad_enabled()
+        has_graph = isinstance(t, torch.Tensor) and t.grad_fn is not None
+        if not grad_on:
+            if not has_graph:
+                self.obs("TL204", sites, f"step {k}: backward() at line {line} ran with grad mode off "
+                                         f"(torch.no_grad/inference_mode): the loss had no grad_fn, so no "
+                                         f"gradient could be computed")
+            else:
+                self.anti("TL204", sites, f"step {k}: backward() at line {line} ran with grad mode off, but the "
+                                          f"loss carried its graph and gradients were computed")
+        if self.user_anomaly and self.anomaly_site:
+            self.obs("TL801", self.anomaly_site,
+                     f"step {k}: anomaly detection turned on at line {self.anomaly_site[0][1]} was still on at "
+                     f"backward() (line {line}): every backward runs slower with extra checks")
+        # gradient state before the backward: stale (never cleared) and cleared-between detection
+        for key, st in list(self.opts.items()):
+            opt = st.ref()
+            if opt is None:
+                continue
+            n, have, norm = self.grad_state(opt)
+            if st.state == "stepped":
+                if norm == 0.0:
+                    st.state = "clean"
+                    st.stale = None
+                elif st.stale is None:
+                    st.stale = (norm, st.steps)
+            if st.bw_since_step >= 1 and st.nonzero_after_bw and norm == 0.0 and not st.cleared_between:
+                st.cleared_between = st.last_clear or sites
+        sig = self.signature()
+        try:
+            r = orig(*args, **kwargs)
+        except RuntimeError as exc:
+            self._backward_error(exc, sites, k, grad_on, has_graph)
+            raise
+        after = self.signature()
+        for key, st in list(self.opts.items()):
+            if sig.get(key) == after.get(key):
+                continue
+            opt = st.ref()
+            if opt is None:
+                continue
+            st.touched = True
+            st.ever_touched = True
+            st.bw_since_step += 1
+            st.bw_count += 1
+            st.last_bw_site = sites
+            if st.first_bw_site is None:
+                st.first_bw_site = sites
+            _, _, st.norm_after_bw = self.grad_state(opt)
+            st.nonzero_after_bw = st.norm_after_bw > 0
+            if st.pending101 is not None:
+                psites, ev = st.pending101
+                self.obs("TL101", psites, ev + f"; backward() at line {line} computed them only afterwards")
+                st.pending101 = None
+        self.recent_lines.clear()
+        if self.last_loader is not None:
+            self._check_loader_shuffle(self.last_loader)
+        if "TL501" in self.codes or "TL502" in self.codes:
+            self._measure_graphs(k)
+        if self.device.startswith("cuda") and torch.cuda.is_available():
+            self.cuda_mem.append(torch.cuda.memory_allocated())
+        self.checkpoint()
+        return r
+
+    def _backward_error(self, exc, sites, k, grad_on, has_graph):
+        msg = str(exc).split("\n")[0]
+        line = sites[0][1] if sites else "?"
+        if "modified by an inplace operation" in msg:
+            recent = [r for r in self.inplace_log if r["step"] == k - 1 or r["step"] == k]
+            shape = None
+            import re
+
+            m = re.search(r"\[torch\.\w+ \[([\d, ]*)\]\]", msg)
+            if m:
+                shape = [int(s) for s in m.group(1).replace(" ", "").split(",") if s]
+            cands = [r for r in recent if shape is None or r["shape"] == shape] or recent
+            osites = []
+            for r in cands[-4:]:
+                osites.extend(r["sites"][:1])
+            ops = ", ".join(f"{r['op']} at line {r['sites'][0][1]}" for r in cands[-3:] if r["sites"])
+            self.obs("TL301", osites + sites,
+                     f"step {k}: backward() at line {line} failed: {msg[:300]}"
+                     + (f"; in-place op(s) on a tensor of that shape: {ops}" if ops else ""),
+                     key=("TL301-bw", k))
+        elif "does not require grad" in msg and not grad_on:
+            self.obs("TL204", sites, f"step {k}: backward() at line {line} under no_grad raised: {msg[:200]}")
+
+    # ------------------------------------------------------------------ forward hooks
+    def fwd_pre(self, module, args):
+        self.depth += 1
+        if self.depth != 1 or self.suspended:
+            return
+        self.forwards += 1
+        if self.forwards > self.max_forward and not self.stopped:
+            self.stopped = True
+            self.emit("stop", reason=f"run capped after {self.forwards} forward calls", step=self.backwards)
+            raise StopRun()
+        sites = self.sites()
+        if not sites:
+            return
+        if isinstance(module, nn.modules.loss._Loss):
+            return
+        training = bool(module.training)
+        grad = torch.is_grad_enabled()
+        key = (tuple((s[0], s[1]) for s in sites), training, grad)
+        if key not in self.fwd_seen and len(self.fwd_seen) < 400:
+            self.fwd_seen.add(key)
+            active = sum(1 for m in module.modules()
+                         if isinstance(m, (nn.Dropout, nn.modules.batchnorm._BatchNorm)) and m.training)
+            self.emit("fwd", sites=sites, module=type(module).__name__, training=training, grad=grad,
+                      active=active, step=self.backwards + (1 if grad else 0))
+        if "TL601" in self.codes:
+            self._check_inputs(module, args, sites)
+
+    def fwd_post(self, module, args, output):
+        self.depth = max(0, self.depth - 1)
+
+    def _param_device(self, module):
+        p = next(module.parameters(), None)
+        return p.device if p is not None else None
+
+    def _check_inputs(self, module, args, sites):
+        pdev = self._param_device(module)
+        if pdev is None:
+            return
+        for t in _tensors(args):
+            line = sites[0][1]
+            if t.device != pdev and t.dim() > 0:
+                self.obs("TL601", sites, f"step {self.backwards + 1}: the input of {type(module).__name__} at "
+                                         f"line {line} was on {t.device} (shape {list(t.shape)}) while its "
+                                         f"parameters were on {pdev}")
+                return
+            if id(module) in self.moved_modules and self._is_unmoved(t):
+                self.obs("TL601", sites, f"step {self.backwards + 1}: a batch tensor from the DataLoader "
+                                         f"(shape {list(t.shape)}) reached {type(module).__name__} at line "
+                                         f"{line} without .to(device), while the model was moved with "
+                                         f".to({self.moved_modules[id(module)]}); on {self.device} both are on "
+                                         f"{pdev}, on a GPU this is a device mismatch")
+                return
+
+    # ------------------------------------------------------------------ taint helpers
+    def _is_unmoved(self, t):
+        r = self.unmoved.get(id(t))
+        return r is not None and r() is t
+
+    def _tag(self, table, t, value=True):
+        try:
+            table[id(t)] = weakref.ref(t) if value is True else (weakref.ref(t), value)
+        except TypeError:
+            pass
+        if len(table) > 20000:
+            for k in [k for k, v in table.items() if (v() if callable(v) else v[0]()) is None]:
+                del table[k]
+
+    def _deviceless(self, t):
+        r = self.deviceless.get(id(t))
+        if r is None:
+            return None
+        ref, site = r
+        return site if ref() is t else None
+
+    def tag_batch(self, batch):
+        if "TL601" not in self.codes:
+            return
+        for t in _tensors(batch):
+            r = self.moved.get(id(t))
+            if r is not None and r() is t:
+                continue  # a collate function moved it already
+            self._tag(self.unmoved, t)
+
+    # ------------------------------------------------------------------ torch function mode
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if self.suspended:
+            return func(*args, **kwargs)
+        name = getattr(func, "__name__", "")
+        codes = self.codes
+        pre = None
+        if name in _LOSSES and args:
+            pre = self._loss_check(name, args, kwargs)
+        inplace = ""
+        if "TL301" in codes:
+            inplace = _is_inplace(func, kwargs)
+        if name in ("argmax", "max") and "TL702" in codes and args and isinstance(args[0], torch.Tensor):
+            if len(args) == 1 and "dim" not in kwargs and args[0].dim() >= 2 and args[0].shape[0] > 1:
+                sites = self.sites()
+                if sites:
+                    self.obs("TL702", sites, f"step {self.backwards + 1}: {name}() at line {sites[0][1]} without "
+                                             f"dim= on a tensor of shape {list(args[0].shape)} returned one "
+                                             f"index for the whole batch")
+        try:
+            out = func(*args, **kwargs)
+        except RuntimeError as exc:
+            self._op_error(exc, name, args, kwargs)
+            raise
+        if inplace and args and isinstance(args[0], torch.Tensor) and torch.is_grad_enabled():
+            t = args[0]
+            if t.requires_grad:
+                sites = self.sites()
+                if sites:
+                    self.inplace_log.append({"op": inplace, "sites": sites, "shape": list(t.shape),
+                                             "step": self.backwards, "version": t._version})
+                    del self.inplace_log[:-200]
+        if "TL602" in codes or "TL601" in codes:
+            self._propagate(func, name, args, kwargs, out)
+        return out
+
+    def _op_error(self, exc, name, args, kwargs):
+        msg = str(exc).split("\n")[0]
+        sites = self.sites()
+        if "leaf Variable that requires grad" in msg or "leaf variable" in msg.lower() and "in-place" in msg:
+            self.obs("TL301", sites, f"step {self.backwards + 1}: {name} at line {sites[0][1] if sites else '?'} "
+                                     f"raised: {msg[:200]}")
+        elif "same device" in msg or "Expected all tensors" in msg or "device" in msg and "cpu" in msg:
+            tensors = list(_tensors(list(args) + list(kwargs.values())))
+            for t in tensors:
+                s = self._deviceless(t)
+                if s is not None:
+                    self.obs("TL602", s + sites, f"step {self.backwards + 1}: a tensor created at line {s[0][1]} "
+                                                 f"without device= (on {t.device}) met a tensor on another "
+                                                 f"device at line {sites[0][1] if sites else '?'}: {msg[:160]}")
+                    return
+            for t in tensors:
+                if self._is_unmoved(t):
+                    self.obs("TL601", sites, f"step {self.backwards + 1}: a batch tensor from the DataLoader "
+                                             f"on {t.device} reached {name} at line "
+                                             f"{sites[0][1] if sites else '?'}: {msg[:160]}")
+                    return
+            self.emit("deverr", sites=sites, message=msg[:300], step=self.backwards + 1)
+
+    def _loss_check(self, name, args, kwargs):
+        x = args[0]
+        target = args[1] if len(args) > 1 else kwargs.get("target")
+        if not isinstance(x, torch.Tensor) or x.numel() == 0:
+            return None
+        sites = self.sites()
+        if not sites:
+            return None
+        line = sites[0][1]
+        step = self.backwards + 1
+        with torch.no_grad():
+            xf = x.detach().float()
+            mn, mx = float(xf.min()), float(xf.max())
+            cdim = 1 if x.dim() >= 2 else 0
+            prov = _provenance(x)
+            if name == "cross_entropy":
+                rows = xf.sum(dim=cdim)
+                probs = mn >= 0.0 and mx <= 1.0 and bool(torch.allclose(rows, torch.ones_like(rows), atol=1e-3))
+                if probs or prov in ("SoftmaxBackward0",):
+                    self.obs("TL401", sites, f"step {step}: the input of cross_entropy at line {line} held "
+                                             f"probabilities{' from softmax' if prov == 'SoftmaxBackward0' else ''}: "
+                                             f"every row sums to {_fmt(float(rows.mean()))}, values in "
+                                             f"[{_fmt(mn)}, {_fmt(mx)}]; cross_entropy applies log_softmax again")
+                else:
+                    self.anti("TL401", sites, f"step {step}: the input of cross_entropy at line {line} held logits "
+                                              f"(values in [{_fmt(mn)}, {_fmt(mx)}], rows sum to "
+                                              f"{_fmt(float(rows.mean()))})")
+                self._target_check(name, x, target, sites)
+            elif name == "nll_loss":
+                lse = torch.logsumexp(xf, dim=cdim)
+                logp = mx <= 1e-4 and bool(torch.allclose(lse, torch.zeros_like(lse), atol=1e-3))
+                if not logp:
+                    rows = xf.sum(dim=cdim)
+                    kind = ("probabilities (rows sum to 1)" if mn >= 0 and
+                            bool(torch.allclose(rows, torch.ones_like(rows), atol=1e-3)) else "raw scores")
+                    self.obs("TL403", sites, f"step {step}: nll_loss at line {line} received {kind}, not "
+                                             f"log-probabilities: logsumexp over classes is "
+                                             f"{_fmt(float(lse.mean()))} (log_softmax gives 0), values in "
+                                             f"[{_fmt(mn)}, {_fmt(mx)}]")
+                else:
+                    self.anti("TL403", sites, f"step {step}: nll_loss at line {line} received log-probabilities "
+                                              f"(logsumexp over classes 0, max {_fmt(mx)})")
+                self._target_check(name, x, target, sites)
+            elif name == "binary_cross_entropy_with_logits":
+                inside = mn >= 0.0 and mx <= 1.0
+                if prov == "SigmoidBackward0" or (inside and x.numel() >= 16 and prov is None
+                                                   and not x.requires_grad):
+                    self.obs("TL402", sites, f"step {step}: the input of binary_cross_entropy_with_logits at line "
+                                             f"{line} came from sigmoid{'' if prov else ' (all values in [0, 1])'}: "
+                                             f"values in [{_fmt(mn)}, {_fmt(mx)}]; the loss applies sigmoid again")
+                else:
+                    self.anti("TL402", sites, f"step {step}: the input of binary_cross_entropy_with_logits at line "
+                                              f"{line} held logits (values in [{_fmt(mn)}, {_fmt(mx)}]"
+                                              f"{', produced by ' + prov if prov else ''})")
+        if "TL601" in self.codes:
+            for t in ([x, target] if isinstance(target, torch.Tensor) else [x]):
+                if self._is_unmoved(t) and self.moved_modules:
+                    dev = next(iter(self.moved_modules.values()))
+                    self.obs("TL601", sites, f"step {step}: a batch tensor from the DataLoader (shape "
+                                             f"{list(t.shape)}) reached {name} at line {line} without "
+                                             f".to(device), while the model was moved with .to({dev}); on a "
+                                             f"GPU this is a device mismatch")
+        return None
+
+    def _target_check(self, name, x, target, sites):
+        if not isinstance(target, torch.Tensor) or "TL404" not in self.codes:
+            return
+        if target.is_floating_point() and list(target.shape) != list(x.shape):
+            t = target.detach()
+            integral = bool(torch.all(t == t.round())) if t.numel() else False
+            if integral:
+                self.obs("TL404", sites, f"step {self.backwards + 1}: the target of {name} at line {sites[0][1]} "
+                                         f"was {t.dtype} class indices (shape {list(t.shape)}, input "
+                                         f"{list(x.shape)})")
+
+    def _propagate(self, func, name, args, kwargs, out):
+        if name in ("to", "cuda") and args and isinstance(args[0], torch.Tensor):
+            devarg = name == "cuda" or "device" in kwargs or any(
+                isinstance(a, (str, torch.device, int)) and not isinstance(a, bool) for a in args[1:]) or any(
+                isinstance(a, torch.Tensor) for a in args[1:])
+            if devarg and isinstance(out, torch.Tensor):
+                self._tag(self.moved, out)
+                self.unmoved.pop(id(out), None)
+                self.deviceless.pop(id(out), None)
+                return
+        if name in _FACTORIES and self.depth > 0 and "device" not in kwargs and isinstance(out, torch.Tensor) \
+                and "TL602" in self.codes and out.dim() > 0:
+            if not any(isinstance(a, torch.Tensor) for a in args):
+                sites = self.sites()
+                if sites:
+                    self._tag(self.deviceless, out, sites)
+            return
+        if not (self.unmoved or self.deviceless):
+            return
+        ins = list(_tensors(list(args) + list(kwargs.values())))
+        if not ins:
+            return
+        dl = [self._deviceless(t) for t in ins]
+        if any(s is not None for s in dl):
+            site = next(s for s in dl if s is not None)
+            others = [t for t, s in zip(ins, dl) if s is None and t.dim() > 0]
+            if others and self.depth > 0:
+                mod_moved = bool(self.moved_modules)
+                if mod_moved or any(t.device.type != "cpu" for t in others):
+                    sites = self.sites()
+                    self.obs("TL602", site + sites,
+                             f"step {self.backwards + 1}: a tensor created at line {site[0][1]} inside forward "
+                             f"without device= (on {ins[dl.index(site)].device}) was combined with the input "
+                             f"at line {sites[0][1] if sites else '?'} by {name}; the model was moved with "
+                             f".to({next(iter(self.moved_modules.values()), self.device)}), so on a GPU this "
+                             f"is a device mismatch")
+            elif isinstance(out, torch.Tensor):
+                self._tag(self.deviceless, out, site)
+        if self.unmoved and isinstance(out, torch.Tensor) and any(self._is_unmoved(t) for t in ins) \
+                and name not in ("to", "cuda"):
+            self._tag(self.unmoved, out)
+
+    # ------------------------------------------------------------------ module / loader patches
+    def module_to(self, orig, is_cuda):
+        probes = self
+
+        def to(module, *args, **kwargs):
+            r = orig(module, *args, **kwargs)
+            dev = None
+            if is_cuda:
+                dev = "cuda"
+            else:
+                for a in list(args) + [kwargs.get("device")]:
+                    if isinstance(a, (str, torch.device)) or (isinstance(a, int) and not isinstance(a, bool)):
+                        dev = str(a)
+                        break
+            if dev is not None and isinstance(r, nn.Module):
+                probes.moved_modules[id(r)] = dev
+                probes.moved_modules[id(module)] = dev
+            return r
+        return to
+
+    def loader_init(self, orig):
+        probes = self
+
+        def __init__(loader, *args, **kwargs):
+            if "num_workers" in kwargs:
+                kwargs["num_workers"] = 0
+            kwargs.pop("persistent_workers", None)
+            kwargs.pop("prefetch_factor", None)
+            if len(args) > 4 and isinstance(args[4], int):  # num_workers given positionally
+                args = list(args)
+                args[4] = 0
+            orig(loader, *args, **kwargs)
+            if not probes.suspended:
+                probes.loaders[id(loader)] = probes.sites()
+        return __init__
+
+    def loader_iter(self, orig):
+        probes = self
+
+        def __iter__(loader):
+            it = orig(loader)
+            cap = 4 * probes.steps
+            start = probes.opt_steps
+
+            def gen():
+                n = 0
+                for batch in it:
+                    if not probes.suspended and (n >= cap or probes.opt_steps - start >= probes.steps):
+                        break
+                    n += 1
+                    probes.last_loader = loader
+                    probes.tag_batch(batch)
+                    yield batch
+            return gen()
+        return __iter__
+
+    def _check_loader_shuffle(self, loader):
+        if "TL701" not in self.codes or id(loader) in self.loader_reported:
+            return
+        self.loader_reported.add(id(loader))
+        sampler = getattr(loader, "sampler", None)
+        from torch.utils.data import IterableDataset, SequentialSampler
+
+        if isinstance(getattr(loader, "dataset", None), IterableDataset):
+            return
+        site = self.loaders.get(id(loader)) or []
+        if isinstance(sampler, SequentialSampler) and getattr(loader, "batch_sampler", None) is not None and \
+                type(loader.batch_sampler).__name__ == "BatchSampler":
+            self.obs("TL701", site, f"step {self.backwards}: the DataLoader created at line "
+                                    f"{site[0][1] if site else '?'} fed a training step (backward) with a "
+                                    f"SequentialSampler: batches come in the same order every epoch")
+        else:
+            self.anti("TL701", site, f"the DataLoader created at line {site[0][1] if site else '?'} uses "
+                                     f"{type(sampler).__name__}")
+
+    def scheduler_step(self, orig):
+        probes = self
+
+        def step(sched, *args, **kwargs):
+            f = sys._getframe(1)
+            if probes.suspended or f.f_code.co_name in ("_initial_step", "__init__"):
+                return orig(sched, *args, **kwargs)
+            opt = getattr(sched, "optimizer", None)
+            if id(sched) not in probes.sched_first and opt is not None:
+                probes.sched_first.add(id(sched))
+                st = probes.opt_state(opt)
+                sites = probes.sites()
+                if sites:
+                    try:
+                        lr0 = opt.param_groups[0]["lr"]
+                    except Exception:
+                        lr0 = None
+                    if st.steps == 0:
+                        r = orig(sched, *args, **kwargs)
+                        try:
+                            lr1 = opt.param_groups[0]["lr"]
+                        except Exception:
+                            lr1 = None
+                        probes.obs("TL105", sites, f"step {probes.backwards + 1}: scheduler.step() at line {sites[0][1]} "
+                                                   f"ran before the first optimizer.step() of {st.name}: the "
+                                                   f"learning rate moved from {_fmt(lr0)} to {_fmt(lr1)} before "
+                                                   f"any update used it")
+                        return r
+                    probes.anti("TL105", sites, f"scheduler.step() at line {sites[0][1]} first ran after "
+                                                f"{st.steps} optimizer step(s)")
+            return orig(sched, *args, **kwargs)
+        return step
+
+    def anomaly_setter(self, orig):
+        probes = self
+
+        def set_detect_anomaly(mode, *args, **kwargs):
+            if not probes.suspended:
+                sites = probes.sites()
+                if sites:
+                    probes.user_anomaly = bool(mode)
+                    if mode:
+                        probes.anomaly_site = sites
+            return orig(mode, *args, **kwargs)
+        return set_detect_anomaly
+
+    # ------------------------------------------------------------------ graph retention
+    def _measure_graphs(self, k):
+        holders = {}
+        f = sys._getframe(2)
+        seen_frames = 0
+        while f is not None and seen_frames < 12:
+            co = f.f_code
+            if self._is_user(co.co_filename):
+                seen_frames += 1
+                loc = f.f_locals
+                scope = (os.path.abspath(co.co_filename), co.co_firstlineno, co.co_name)
+                for nm, v in list(loc.items()):
+                    if nm.startswith("__"):
+                        continue
+                    holders[(scope, nm)] = v
+                    if nm == "self" and hasattr(v, "__dict__"):
+                        for an, av in list(vars(v).items())[:200]:
+                            if isinstance(av, (torch.Tensor, list, dict, tuple)) and not isinstance(av, nn.Module):
+                                holders[(scope, "self." + an)] = av
+            f = f.f_back
+        for key, v in holders.items():
+            roots = [t for t in _tensors(v) if t.grad_fn is not None]
+            n = _count_nodes(roots) if roots else 0
+            s = self.series.setdefault(key, [])
+            if len(s) < 64:
+                s.append((k, n, max((t.dim() for t in roots), default=0)))
+
+    def graph_findings(self):
+        out = []
+        for (scope, name), s in self.series.items():
+            counts = [c for _, c, _ in s]
+            if len(counts) < 3:
+                continue
+            tail = counts[-4:]
+            if all(b > a for a, b in zip(tail, tail[1:])) and tail[-1] >= 2 * max(tail[1], 1) - tail[0] \
+                    and tail[-1] > 0:
+                dims = s[-1][2]
+                mem = ""
+                if self.cuda_mem:
+                    mem = "; CUDA memory allocated after each backward: " + ", ".join(
+                        f"{m / 2**20:.2f} MiB" for m in self.cuda_mem[-len(tail):])
+                codes = ["TL501", "TL502"]
+                out.append(dict(codes=codes, names=[name], scope=list(scope),
+                                sites=[[scope[0], scope[1], scope[2]]],
+                                evidence=(f"steps {s[-len(tail)][0]}–{s[-1][0]}: `{name}` kept the autograd graph "
+                                          f"of every step: {' → '.join(str(c) for c in tail)} graph nodes "
+                                          f"reachable from it after each backward"
+                                          f"{' (tensors of ' + str(dims) + ' dims)' if dims else ''}{mem}")))
+        return out
+
+    # ------------------------------------------------------------------ end of run
+    def checkpoint(self, final=False, status=None):
+        opts = []
+        for st in self.opts.values():
+            opts.append({"name": st.name, "steps": st.steps, "bw": st.bw_count, "first_bw": st.first_bw_site,
+                         "step_site": st.step_site})
+        self.emit("state", final=final, status=status, backwards=self.backwards, opt_steps=self.opt_steps,
+                  forwards=self.forwards, opts=opts,
+                  cuda_mem=self.cuda_mem[-8:] if self.cuda_mem else None)
+
+    def finish(self, status):
+        for g in self.graph_findings():
+            self.emit("obs", step=self.backwards, **g)
+        for st in self.opts.values():
+            if st.bw_count and st.steps == 0 and st.first_bw_site:
+                self.emit("end104", sites=st.first_bw_site,
+                          evidence=f"{st.bw_count} backward() call(s) computed gradients for the parameters "
+                                   f"of {st.name} (first at line {st.first_bw_site[0][1]}), and "
+                                   f"{st.name}.step() never ran: the weights never changed")
+            elif st.bw_count and st.steps:
+                self.emit("anti104", sites=st.first_bw_site or [],
+                          evidence=f"{st.name}.step() ran {st.steps} time(s) after {st.bw_count} backward() call(s)")
+        self.checkpoint(final=True, status=status)
+
+
+class _Spellings:
+    """Set-like: does a code object's filename resolve to one of the target files?"""
+
+    def __init__(self, targets):
+        self.targets = targets
+        self.cache: dict = {}
+
+    def __contains__(self, name):
+        r = self.cache.get(name)
+        if r is None:
+            r = os.path.abspath(name) in self.targets if not name.startswith("<") else False
+            self.cache[name] = r
+        return r
+
+
+def _count_nodes(roots, limit=200000):
+    seen = set()
+    stack = [t.grad_fn for t in roots if t.grad_fn is not None]
+    while stack and len(seen) < limit:
+        fn = stack.pop()
+        if fn is None or id(fn) in seen:
+            continue
+        seen.add(id(fn))
+        try:
+            for n, _ in fn.next_functions:
+                if n is not None and id(n) not in seen:
+                    stack.append(n)
+        except Exception:
+            pass
+    return len(seen)
+
+
+# ----------------------------------------------------------------------- install
+_INSTALLED = {}
+_ANOMALY = [None]
+
+
+def install(cfg: dict, emit: Writer) -> Probes:
+    """Install every probe once per process; later calls reuse them with a fresh state."""
+    if "probes" in _INSTALLED:
+        p = _INSTALLED["probes"]
+        p.cfg = cfg
+        p.emit = emit
+        p.codes = set(cfg.get("codes") or ())
+        p.targets = {os.path.abspath(k): set(v) for k, v in (cfg.get("targets") or {}).items()}
+        p.user_files = {os.path.abspath(x) for x in cfg.get("user_files", ())}
+        p._fn_cache = {}
+        p.reset()
+        return p
+    p = Probes(cfg, emit)
+    _INSTALLED["probes"] = p
+    from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+    import torch.nn.modules.module as modmod
+    from torch.utils.data import DataLoader
+
+    register_optimizer_step_pre_hook(p.step_pre)
+    register_optimizer_step_post_hook(p.step_post)
+    modmod.register_module_forward_pre_hook(p.fwd_pre)
+    modmod.register_module_forward_hook(p.fwd_post, always_call=True)
+    orig_opt_init = torch.optim.Optimizer.__init__
+
+    def opt_init(self, *a, **k):
+        orig_opt_init(self, *a, **k)
+        p.opt_state(self)
+    torch.optim.Optimizer.__init__ = opt_init
+    torch.Tensor.backward = p.backward_wrapper(torch.Tensor.backward, True)
+    torch.autograd.backward = p.backward_wrapper(torch.autograd.backward, False)
+    torch.optim.Optimizer.zero_grad = p.zero_grad_wrapper(torch.optim.Optimizer.zero_grad, False)
+    nn.Module.zero_grad = p.zero_grad_wrapper(nn.Module.zero_grad, True)
+    nn.Module.to = p.module_to(nn.Module.to, False)
+    nn.Module.cuda = p.module_to(nn.Module.cuda, True)
+    DataLoader.__init__ = p.loader_init(DataLoader.__init__)
+    DataLoader.__iter__ = p.loader_iter(DataLoader.__iter__)
+    try:
+        from torch.amp.grad_scaler import GradScaler
+
+        GradScaler.step = p.scaler_step(GradScaler.step)
+    except Exception:
+        pass
+    from torch.optim import lr_scheduler
+
+    lr_scheduler.LRScheduler.step = p.scheduler_step(lr_scheduler.LRScheduler.step)
+    if hasattr(lr_scheduler, "ReduceLROnPlateau") and "step" in vars(lr_scheduler.ReduceLROnPlateau):
+        lr_scheduler.ReduceLROnPlateau.step = p.scheduler_step(lr_scheduler.ReduceLROnPlateau.step)
+    _ANOMALY[0] = torch.set_anomaly_enabled
+    orig_set = torch.autograd.set_detect_anomaly
+    p._orig_set_anomaly = orig_set
+    torch.autograd.set_detect_anomaly = p.anomaly_setter(orig_set)
+    try:
+        orig_da_init = torch.autograd.detect_anomaly.__init__
+
+        def da_init(self, check_nan=True):
+            if not p.suspended:
+                sites = p.sites()
+                if sites:
+                    p.user_anomaly = True
+                    p.anomaly_site = sites
+            orig_da_init(self, check_nan)
+        torch.autograd.detect_anomaly.__init__ = da_init
+    except Exception:
+        pass
+    p.__enter__()  # the TorchFunctionMode stays on for the whole run
+    return p
+
+
+def set_anomaly(p: Probes, on: bool) -> None:
+    """Turn anomaly detection on or off without it counting as the user's call."""
+    try:
+        _ANOMALY[0](on, True)
+    except Exception:
+        pass

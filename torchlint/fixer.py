@@ -1,0 +1,405 @@
+"""Applying fixes to files: `--fix`, `--unsafe-fixes`, `--diff`, `--show-fixes` and `--add-noqa`.
+
+A fix is a set of text edits computed from libcst node positions (:mod:`torchlint.fixes`), so
+everything it does not touch — formatting, comments — stays byte for byte.  One file is fixed
+in passes: lint, apply every fix that does not overlap an earlier one (in source order), check
+the result still parses, lint again and repeat until nothing more can be fixed (at most
+:data:`MAX_PASSES` passes).  A fix whose result does not parse, or after which its finding is
+still reported, is undone and not tried again.  Files are written atomically (a temporary file in
+the same directory, then ``os.replace``) in their original encoding, BOM and line endings, with
+their permissions; a file that nothing changed is not touched.
+"""
+from __future__ import annotations
+
+import difflib
+import io
+import os
+import stat
+import sys
+import tempfile
+import tokenize
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Optional
+
+import click
+import libcst as cst
+
+from .engine import _merge, build_project_modules, display_path, lint_text, run
+from .findings import SAFE, UNSAFE, Finding
+from .fixes import apply_fixes_detailed, split_lines
+from .model import ProjectIndex
+from .source import SourceError, SourceFile, encode, read_source
+from .suppress import _NOQA, _CODE
+
+MAX_PASSES = 10
+_NOT_FIXABLE = ("TL000", "TL001")
+
+
+# ------------------------------------------------------------------ results
+@dataclass
+class AppliedFix:
+    code: str
+    name: str
+    line: int  # the finding's line in the text the fix was applied to
+    message: str  # the fix's message
+    applicability: str
+
+
+@dataclass
+class FileFix:
+    path: str  # the path as shown
+    original: str
+    fixed: str
+    applied: list = field(default_factory=list)  # AppliedFix
+    discarded: list = field(default_factory=list)  # AppliedFix whose result did not parse or did not help
+    error: Optional[str] = None
+
+    @property
+    def changed(self) -> bool:
+        return self.fixed != self.original
+
+
+@dataclass
+class FixReport:
+    files: list = field(default_factory=list)  # FileFix, only files with something to fix
+
+    @property
+    def changed(self) -> list:
+        """Paths (as shown) whose text the fixes change."""
+        return [f.path for f in self.files if f.changed and f.error is None]
+
+    @property
+    def applied(self) -> int:
+        return sum(len(f.applied) for f in self.files if f.changed and f.error is None)
+
+    def __bool__(self) -> bool:  # `if report.changed` reads naturally; the object itself is truthy
+        return True
+
+
+def is_fixable(f: Finding, unsafe: bool, allowed=None) -> bool:
+    if f.fix is None or f.code in _NOT_FIXABLE or not f.fix.edits:
+        return False
+    if allowed is not None and f.code not in allowed:
+        return False
+    return f.fix.applicability == SAFE or (unsafe and f.fix.applicability == UNSAFE)
+
+
+def fixable_codes(cfg) -> Optional[frozenset]:
+    """The codes the configuration's ``fixable``/``unfixable`` lists allow fixing (None: all)."""
+    from .rule import all_rules
+    from .selection import _matches
+
+    fixable = list(getattr(cfg, "fixable", None) or ["TL"])
+    unfixable = list(getattr(cfg, "unfixable", None) or [])
+    if fixable == ["TL"] and not unfixable:
+        return None
+    out = set()
+    for code in all_rules():
+        m = _matches(code, fixable)
+        if m >= 0 and not _matches(code, unfixable) >= m:
+            out.add(code)
+    return frozenset(out)
+
+
+def _parses(text: str) -> bool:
+    try:
+        cst.parse_module(text)
+        return True
+    except Exception:
+        return False
+
+
+def _fix_key(f: Finding) -> tuple:
+    return (f.code, f.fingerprint, f.fix.message, tuple(e.content for e in f.fix.edits))
+
+
+def _identity(f: Finding) -> tuple:
+    return (f.code, f.fingerprint or f"{f.line}:{f.message}")
+
+
+# ------------------------------------------------------------------ one text
+def fix_text(path: str, text: str, opts, unsafe: bool = False, project: Optional[ProjectIndex] = None,
+             shown: Optional[str] = None, max_passes: int = MAX_PASSES,
+             first: Optional[list] = None, allowed=None) -> FileFix:
+    """Fix ``text`` (the contents of ``path``) in passes; returns what changed.
+
+    ``first`` may hold the findings of a lint of exactly ``text`` with the same options and
+    project (saves one lint).
+    """
+    shown = shown or display_path(path)
+    result = FileFix(shown, text, text)
+    bad: set = set()
+    seen = {text}
+    findings = first
+    cur = text
+    for _ in range(max_passes):
+        if findings is None:
+            findings = lint_text(path, cur, opts, project, shown=shown).findings
+        if any(f.code == "TL001" for f in findings):
+            break
+        cands = [f for f in findings if is_fixable(f, unsafe, allowed) and _fix_key(f) not in bad]
+        if not cands:
+            break
+        cands.sort(key=lambda f: (f.span.start, f.span.end, f.code))
+        new, idx = apply_fixes_detailed(cur, [f.fix for f in cands])
+        chosen = [cands[i] for i in idx]
+        if not chosen:
+            break
+        if not _parses(new):
+            # find the culprits: keep, in order, each fix that leaves the file parseable
+            keep = []
+            for f in chosen:
+                trial, _ = apply_fixes_detailed(cur, [g.fix for g in keep + [f]])
+                if _parses(trial):
+                    keep.append(f)
+                else:
+                    bad.add(_fix_key(f))
+                    result.discarded.append(_applied(f))
+            if not keep:
+                continue  # the findings still describe `cur`; the discarded fixes are skipped now
+            chosen = keep
+            new, _ = apply_fixes_detailed(cur, [f.fix for f in chosen])
+        after = lint_text(path, new, opts, project, shown=shown).findings
+        # a fix must make its finding go away; otherwise undo it and never try it again
+        before_n = Counter(_identity(f) for f in findings)
+        after_n = Counter(_identity(f) for f in after)
+        fixed_n = Counter(_identity(f) for f in chosen)
+        useless = [f for f in chosen if after_n[_identity(f)] > before_n[_identity(f)] - fixed_n[_identity(f)]]
+        if useless:
+            for f in useless:
+                bad.add(_fix_key(f))
+                result.discarded.append(_applied(f))
+            chosen = [f for f in chosen if f not in useless]
+            if not chosen:
+                continue
+            new, _ = apply_fixes_detailed(cur, [f.fix for f in chosen])
+            if not _parses(new):  # pragma: no cover - subsets of parseable fixes normally parse
+                break
+            after = None
+        if new in seen:  # a cycle: two fixes undoing each other
+            break
+        seen.add(new)
+        result.applied.extend(_applied(f) for f in chosen)
+        cur = new
+        findings = after
+    result.fixed = cur
+    return result
+
+
+def _applied(f: Finding) -> AppliedFix:
+    return AppliedFix(f.code, f.name, f.line, f.fix.message, f.fix.applicability)
+
+
+# ------------------------------------------------------------------ files
+def write_atomic(path: str, data: bytes) -> None:
+    """Replace ``path``'s contents: a temporary file in the same directory, then ``os.replace``.
+
+    Keeps the file's permission bits (and owner, where allowed); a symlink is followed, so the
+    link stays a link.
+    """
+    real = os.path.realpath(path)
+    d = os.path.dirname(real) or "."
+    st = os.stat(real)
+    fd, tmp = tempfile.mkstemp(dir=d, prefix="." + os.path.basename(real) + ".", suffix=".torchlint-tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, stat.S_IMODE(st.st_mode))
+        if hasattr(os, "chown"):
+            try:
+                os.chown(tmp, st.st_uid, st.st_gid)
+            except OSError:
+                pass
+        os.replace(tmp, real)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _write_if_unchanged(src: SourceFile, path: str, text: str) -> Optional[str]:
+    """Write ``text`` back; returns an error message instead of raising."""
+    try:
+        data = encode(src, text)
+    except (UnicodeEncodeError, LookupError) as exc:
+        return f"{path}: the fixed text cannot be written in {src.encoding}: {exc}"
+    try:
+        with open(path, "rb") as fh:
+            if fh.read() != src.data:
+                return f"{path}: changed while it was being fixed; left alone"
+        write_atomic(path, data)
+    except OSError as exc:
+        return f"{path}: cannot write: {exc.strerror or exc}"
+    return None
+
+
+def unified_diff(path: str, old: str, new: str) -> str:
+    a, b = split_lines(old), split_lines(new)
+    out = []
+    for line in difflib.unified_diff(a, b, fromfile=path, tofile=path, lineterm="\n"):
+        if not line.endswith(("\n", "\r")):
+            line += "\n\\ No newline at end of file\n"
+        out.append(line)
+    return "".join(out)
+
+
+def fix_files(runner, files, unsafe: bool = False, diff: bool = False, show: bool = False) -> FixReport:
+    """Fix ``files`` with ``runner``'s options (``--fix`` / ``--diff``); returns a :class:`FixReport`.
+
+    With ``diff`` the fixes are printed as a unified diff on stdout and nothing is written.
+    """
+    report = FixReport()
+    files = list(files)
+    opts = runner.opts
+    results = run(files, opts, jobs=getattr(runner, "jobs", 1) or 1, cache=getattr(runner, "cache", None))
+    project = ProjectIndex(modules=build_project_modules(files))
+    project.called, project.called_under_no_grad = set(), set()
+    _merge(project, results)
+    allowed = fixable_codes(runner.cfg) if getattr(runner, "cfg", None) is not None else None
+    diffs = []
+    for path, res in zip(files, results):
+        if res.error:
+            if diff:
+                click.echo(f"torchlint: error: {res.error}", err=True)
+                runner.had_error = True
+            continue
+        if path.endswith(".ipynb") or not any(is_fixable(f, unsafe, allowed) for f in res.findings):
+            continue
+        try:
+            src = read_source(path)
+        except SourceError as exc:
+            click.echo(f"torchlint: error: {exc}", err=True)
+            runner.had_error = True
+            continue
+        try:
+            ff = fix_text(path, src.text, opts, unsafe=unsafe, project=project, shown=res.path, allowed=allowed)
+        except Exception as exc:  # a bug in a fix must not lose the user's file
+            if os.environ.get("TORCHLINT_DEBUG"):
+                import traceback
+
+                traceback.print_exc()
+            click.echo(f"torchlint: error: {res.path}: fixing failed: {type(exc).__name__}: {exc}", err=True)
+            runner.had_error = True
+            continue
+        if not ff.changed:
+            continue
+        report.files.append(ff)
+        if diff:
+            diffs.append(unified_diff(res.path, ff.original, ff.fixed))
+        else:
+            err = _write_if_unchanged(src, path, ff.fixed)
+            if err:
+                ff.error = err
+                click.echo(f"torchlint: error: {err}", err=True)
+                runner.had_error = True
+    if diff:
+        if diffs:
+            sys.stdout.write("".join(diffs))
+            sys.stdout.flush()
+        n = report.applied
+        if n:
+            click.echo(f"Would fix {n} error{'s' if n != 1 else ''}.", err=True)
+    else:
+        n = report.applied
+        if n:
+            click.echo(f"Fixed {n} error{'s' if n != 1 else ''}.", err=True)
+    if show and report.applied:
+        click.echo(_show(report, diff), err=True)
+    return report
+
+
+def _show(report: FixReport, diff: bool) -> str:
+    lines = ["Would apply these fixes:" if diff else "Applied fixes:"]
+    for ff in report.files:
+        if not ff.changed or ff.error:
+            continue
+        lines.append(f"- {ff.path}:")
+        for a in ff.applied:
+            tag = " (unsafe)" if a.applicability == UNSAFE else ""
+            lines.append(f"    {a.code} ({a.name}) line {a.line}: {a.message}{tag}")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------ noqa
+def _line_facts(text: str):
+    """(lines whose end can take a comment, {line: (start col, comment text)})."""
+    norm = text.replace("\r\n", "\n").replace("\r", "\n")
+    ends, comments = set(), {}
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(norm).readline):
+            if tok.type in (tokenize.NEWLINE, tokenize.NL):
+                ends.add(tok.start[0])
+            elif tok.type == tokenize.COMMENT:
+                comments[tok.start[0]] = (tok.start[1], tok.string)
+            elif tok.type == tokenize.ENDMARKER:
+                ends.add(tok.start[0] - 1 if tok.start[1] == 0 else tok.start[0])
+    except (tokenize.TokenError, SyntaxError, IndentationError):
+        return None, {}
+    return ends, comments
+
+
+def noqa_text(text: str, codes_by_line: dict) -> tuple[str, int]:
+    """Add ``# noqa: CODES`` to the given lines (merging with existing directives)."""
+    ends, comments = _line_facts(text)
+    if ends is None:
+        return text, 0
+    lines = split_lines(text)
+    added = 0
+    for line, codes in codes_by_line.items():
+        if not (0 < line <= len(lines)) or line not in ends:
+            continue
+        raw = lines[line - 1]
+        body = raw.rstrip("\r\n")
+        eol = raw[len(body):]
+        com = comments.get(line)
+        m = _NOQA.search(com[1]) if com else None
+        if m is not None:
+            if not m.group("codes"):
+                continue  # a bare `# noqa` already silences every code
+            have = [c.upper() for c in _CODE.findall(m.group("codes"))]
+            new = [c for c in sorted(codes) if c not in have]
+            if not new:
+                continue
+            directive = f"# noqa: {', '.join(have + new)}"
+            start = com[0] + m.start()
+            end = com[0] + m.end()
+            body = body[:start] + directive + body[end:]
+            added += len(new)
+        else:
+            body = body.rstrip(" \t") + f"  # noqa: {', '.join(sorted(codes))}"
+            added += len(codes)
+        lines[line - 1] = body + eol
+    return "".join(lines), added
+
+
+def add_noqa(findings) -> int:
+    """Add ``# noqa: TLxxx`` for every finding on its line; returns how many codes were added."""
+    by_path: dict = {}
+    for f in findings:
+        if f.code in _NOT_FIXABLE or f.cell is not None or f.path.endswith(".ipynb"):
+            continue
+        by_path.setdefault(f.path, {}).setdefault(f.line, set()).add(f.code)
+    total = 0
+    for path, codes in sorted(by_path.items()):
+        try:
+            src = read_source(path)
+        except SourceError as exc:
+            click.echo(f"torchlint: error: {exc}", err=True)
+            continue
+        new, n = noqa_text(src.text, codes)
+        if n and new != src.text:
+            if not _parses(new):
+                click.echo(f"torchlint: error: {path}: adding noqa comments would break the file; left alone",
+                           err=True)
+                continue
+            err = _write_if_unchanged(src, path, new)
+            if err:
+                click.echo(f"torchlint: error: {err}", err=True)
+                continue
+            total += n
+    return total

@@ -1,0 +1,495 @@
+"""The torchlint language server (`torchlint lsp`, stdio; needs `pip install torchlint[lsp]`).
+
+- Diagnostics on open, on change (debounced, from the editor's in-memory text) and on save;
+  cleared on close.  Ranges are 0-based, columns in the negotiated position encoding (UTF-16
+  code units unless the client asked for another one).
+- Code actions: a finding's fix (unsafe ones labelled "(unsafe)"), "Disable TLxxx for this
+  line" (adds ``# noqa: TLxxx``) and ``source.fixAll.torchlint`` (every safe fix).
+- Hover on a diagnostic, or on a code in a ``# noqa`` comment, shows the rule's documentation.
+- The configuration is the document's project's (``pyproject.toml`` / ``torchlint.toml`` found
+  from the document's folder), reloaded when that file changes.
+- Cross-module summaries come from one background lint of the workspace's files at startup,
+  refreshed for a file when it is saved.
+
+The server never executes user code: there is no dynamic mode here.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import Optional
+from urllib.parse import unquote, urlparse
+
+from lsprotocol import types
+from pygls.lsp.server import LanguageServer
+
+from . import __version__
+from .config import ConfigError, find_config_file, load_config
+from .docs import rule_markdown
+from .engine import LintOptions, _merge, build_project_modules, lint_text, run
+from .findings import UNSAFE, Finding
+from .fixer import fix_text, fixable_codes, noqa_text
+from .fixes import split_lines
+from .model import ProjectIndex
+from .output import lsp_diagnostic
+from .rule import all_rules
+from .selection import enabled_codes
+from .suppress import _CODE, _NOQA
+
+log = logging.getLogger("torchlint.lsp")
+
+DEBOUNCE_S = 0.3
+FIX_ALL_KIND = "source.fixAll.torchlint"
+MAX_WORKSPACE_FILES = 5000
+CONFIG_NAMES = ("pyproject.toml", "torchlint.toml", ".torchlint.toml")
+
+
+# ------------------------------------------------------------------ positions
+def _units(text: str, encoding) -> int:
+    if encoding == types.PositionEncodingKind.Utf8:
+        return len(text.encode("utf-8", "surrogatepass"))
+    if encoding == types.PositionEncodingKind.Utf32:
+        return len(text)
+    return len(text.encode("utf-16-le", "surrogatepass")) // 2
+
+
+def _to_units(line_text: str, col: int, encoding) -> int:
+    """A code-point column on ``line_text`` -> the client's column."""
+    return _units(line_text[:col], encoding)
+
+
+def _from_units(line_text: str, units: int, encoding) -> int:
+    """The client's column on ``line_text`` -> a code-point column."""
+    n = 0
+    for i, ch in enumerate(line_text):
+        if n >= units:
+            return i
+        n += _units(ch, encoding)
+    return len(line_text)
+
+
+def _lines(text: str) -> list:
+    return [ln.rstrip("\r\n") for ln in split_lines(text)]
+
+
+def uri_to_path(uri: str) -> Optional[str]:
+    p = urlparse(uri)
+    if p.scheme != "file":
+        return None
+    path = unquote(p.path)
+    if os.name == "nt" and path.startswith("/") and len(path) > 2 and path[2] == ":":  # pragma: no cover
+        path = path[1:]
+    return path
+
+
+# ------------------------------------------------------------------ state
+@dataclass
+class DocState:
+    version: Optional[int] = None
+    text: str = ""
+    findings: list = field(default_factory=list)
+    pending: Optional[asyncio.TimerHandle] = None
+    task: Optional[asyncio.Task] = None
+
+
+@dataclass
+class _Settings:
+    opts: LintOptions
+    allowed: Optional[frozenset]
+    stamp: tuple
+
+
+class TorchlintServer(LanguageServer):
+    def __init__(self):
+        super().__init__("torchlint", __version__, text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
+        self.docs: dict = {}
+        self.project: Optional[ProjectIndex] = None
+        self.project_results: dict = {}  # path -> FileResult of the background workspace lint
+        self.project_ready = threading.Event()
+        self._settings: dict = {}  # config path (or "") -> _Settings
+        self._lock = threading.Lock()
+
+    # -------------------------------------------------------------- configuration
+    def settings_for(self, path: Optional[str]) -> _Settings:
+        start = os.path.dirname(path) if path else (self._root() or os.getcwd())
+        cfg_path = find_config_file(start) if os.path.isdir(start) else None
+        stamp: tuple = ("",)
+        if cfg_path:
+            try:
+                st = os.stat(cfg_path)
+                stamp = (cfg_path, st.st_mtime_ns, st.st_size)
+            except OSError:
+                stamp = (cfg_path,)
+        key = cfg_path or ""
+        cached = self._settings.get(key)
+        if cached is not None and cached.stamp == stamp:
+            return cached
+        try:
+            cfg = load_config(cfg_path, start=start)
+            enabled = frozenset(enabled_codes(cfg.select, cfg.ignore, cfg.extend_select))
+        except ConfigError as exc:
+            self.window_show_message(types.ShowMessageParams(types.MessageType.Error, f"torchlint: {exc}"))
+            from .config import Config
+
+            cfg = Config(root=start)
+            enabled = frozenset(enabled_codes(cfg.select, cfg.ignore, cfg.extend_select))
+        opts = LintOptions(enabled, cfg.rule_settings(), cfg.per_file_ignores, cfg.root)
+        s = _Settings(opts, fixable_codes(cfg), stamp)
+        self._settings[key] = s
+        return s
+
+    def _root(self) -> Optional[str]:
+        try:
+            root = self.workspace.root_path
+        except Exception:
+            return None
+        return root if root and os.path.isdir(root) else None
+
+    # -------------------------------------------------------------- linting
+    def lint(self, uri: str, text: str) -> list:
+        path = uri_to_path(uri)
+        settings = self.settings_for(path)
+        shown = path or uri
+        lint_path = path or os.path.join(self._root() or os.getcwd(), "untitled.py")
+        res = lint_text(lint_path, text, settings.opts, self.project, shown=shown)
+        return res.findings
+
+    def diagnostics(self, findings, text: str) -> list:
+        lines = _lines(text)
+        enc = self.workspace.position_encoding
+        out = []
+        for f in findings:
+            d = lsp_diagnostic(f, lines)
+            r = d["range"]
+            if enc not in (None, types.PositionEncodingKind.Utf16):
+                r["start"]["character"] = self._col(lines, f.line, f.column)
+                r["end"]["character"] = self._col(lines, f.span.end.line, f.span.end.column)
+            diag = types.Diagnostic(
+                range=types.Range(types.Position(max(r["start"]["line"], 0), r["start"]["character"]),
+                                  types.Position(max(r["end"]["line"], 0), r["end"]["character"])),
+                message=d["message"],
+                severity=types.DiagnosticSeverity(d["severity"]),
+                code=d["code"],
+                code_description=types.CodeDescription(href=d["codeDescription"]["href"])
+                if d["codeDescription"]["href"] else None,
+                source="torchlint",
+                data={"fix": d["data"]["fix"] is not None, "name": f.name},
+                related_information=self._related(f),
+            )
+            out.append(diag)
+        return out
+
+    def _related(self, f: Finding):
+        out = []
+        for r in f.related:
+            p = r.path if os.path.isabs(r.path) else os.path.abspath(r.path)
+            line = max(r.line - 1, 0)
+            out.append(types.DiagnosticRelatedInformation(
+                types.Location("file://" + p, types.Range(types.Position(line, 0), types.Position(line, 0))),
+                r.message))
+        return out or None
+
+    def _col(self, lines, line: int, col: int) -> int:
+        text = lines[line - 1] if 0 < line <= len(lines) else ""
+        return _to_units(text, col, self.workspace.position_encoding)
+
+    def position(self, lines, line: int, col: int) -> types.Position:
+        """A 1-based line / code-point column -> an LSP position."""
+        if line - 1 >= len(lines):
+            return types.Position(len(lines), 0)
+        return types.Position(line - 1, self._col(lines, line, col))
+
+    def text_edit(self, lines, e) -> types.TextEdit:
+        return types.TextEdit(types.Range(self.position(lines, e.start.line, e.start.column),
+                                          self.position(lines, e.end.line, e.end.column)), e.content)
+
+    async def relint(self, uri: str, delay: float = 0.0) -> None:
+        if delay:
+            await asyncio.sleep(delay)
+        doc = self.workspace.get_text_document(uri)
+        text, version = doc.source, doc.version
+        state = self.docs.get(uri)
+        if state is None:
+            return
+        loop = asyncio.get_running_loop()
+        try:
+            findings = await loop.run_in_executor(None, self._lint_locked, uri, text)
+        except Exception as exc:  # never crash the server over one document
+            log.exception("lint failed")
+            self.window_log_message(types.LogMessageParams(types.MessageType.Error, f"torchlint: {exc}"))
+            return
+        if self.docs.get(uri) is not state:
+            return  # closed meanwhile
+        if self.workspace.get_text_document(uri).source != text:
+            return  # an edit arrived meanwhile; its own (debounced) lint will publish
+        state.text, state.version, state.findings = text, version, findings
+        self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(
+            uri=uri, diagnostics=self.diagnostics(findings, text), version=version))
+
+    def _lint_locked(self, uri, text):
+        with self._lock:
+            return self.lint(uri, text)
+
+    def schedule(self, uri: str, delay: float) -> None:
+        state = self.docs.get(uri)
+        if state is None:
+            return
+        if state.task is not None and not state.task.done():
+            state.task.cancel()
+        state.task = asyncio.ensure_future(self.relint(uri, delay))
+
+    def current(self, uri: str) -> tuple:
+        """(text, findings) for the document as the editor has it now."""
+        doc = self.workspace.get_text_document(uri)
+        state = self.docs.get(uri)
+        if state is not None and state.text == doc.source and state.version is not None:
+            return state.text, state.findings
+        with self._lock:
+            findings = self.lint(uri, doc.source)
+        return doc.source, findings
+
+    # -------------------------------------------------------------- workspace index
+    def index_workspace(self) -> None:
+        root = self._root()
+        try:
+            if root is None:
+                return
+            from .discover import discover
+
+            settings = self.settings_for(os.path.join(root, "__init__.py"))
+            cfg = load_config(None, start=root)
+            d = discover([root], exclude=list(cfg.exclude) + list(cfg.extend_exclude),
+                         respect_gitignore=cfg.respect_gitignore, follow_symlinks=False)
+            files = [f for f in d.files if f.endswith((".py", ".pyi"))][:MAX_WORKSPACE_FILES]
+            results = run(files, settings.opts, jobs=1)
+            with self._lock:
+                self.project_results = dict(zip(files, results))
+                self.project = self._merged(files)
+        except Exception:
+            log.exception("indexing the workspace failed")
+        finally:
+            self.project_ready.set()
+
+    def _merged(self, files=None) -> ProjectIndex:
+        files = list(files if files is not None else self.project_results)
+        project = ProjectIndex(modules=build_project_modules(files))
+        project.called, project.called_under_no_grad = set(), set()
+        _merge(project, [self.project_results[f] for f in files])
+        return project
+
+    def refresh_saved(self, uri: str) -> None:
+        """After a save: the file's summaries in the index are the saved text's."""
+        path = uri_to_path(uri)
+        if path is None or self.project is None or not path.endswith((".py", ".pyi")):
+            return
+        try:
+            text = self.workspace.get_text_document(uri).source
+            with self._lock:
+                settings = self.settings_for(path)
+                res = lint_text(path, text, settings.opts, self.project)
+                self.project_results[path] = res
+                self.project = self._merged()
+        except Exception:
+            log.exception("refreshing the index failed")
+
+
+server = TorchlintServer()
+
+
+# ------------------------------------------------------------------ lifecycle
+@server.feature(types.INITIALIZED)
+async def initialized(ls: TorchlintServer, params: types.InitializedParams):
+    ls.main_loop = asyncio.get_running_loop()
+    caps = ls.client_capabilities
+    dyn = caps.workspace and caps.workspace.did_change_watched_files and \
+        caps.workspace.did_change_watched_files.dynamic_registration
+    if dyn:
+        watchers = [types.FileSystemWatcher(glob_pattern=f"**/{n}") for n in CONFIG_NAMES]
+
+        async def register():
+            try:
+                await ls.client_register_capability_async(types.RegistrationParams([types.Registration(
+                    "torchlint-config-watch", types.WORKSPACE_DID_CHANGE_WATCHED_FILES,
+                    types.DidChangeWatchedFilesRegistrationOptions(watchers))]))
+            except Exception as exc:  # a client that refuses: config files are still re-checked by mtime
+                log.info("could not register the config file watcher: %s", exc)
+
+        ls.watch_task = asyncio.ensure_future(register())
+    if os.environ.get("TORCHLINT_LSP_NO_INDEX"):
+        ls.project_ready.set()
+        return
+    threading.Thread(target=_index_then_refresh, args=(ls,), daemon=True, name="torchlint-index").start()
+
+
+def _index_then_refresh(ls: TorchlintServer) -> None:
+    ls.index_workspace()
+    loop = getattr(ls, "main_loop", None)
+    if loop is None:
+        return
+    for uri in list(ls.docs):
+        try:
+            loop.call_soon_threadsafe(ls.schedule, uri, 0.0)
+        except RuntimeError:  # loop closed
+            return
+
+
+@server.feature(types.TEXT_DOCUMENT_DID_OPEN)
+async def did_open(ls: TorchlintServer, params: types.DidOpenTextDocumentParams):
+    uri = params.text_document.uri
+    ls.docs[uri] = DocState()
+    ls.schedule(uri, 0.0)
+
+
+@server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
+async def did_change(ls: TorchlintServer, params: types.DidChangeTextDocumentParams):
+    uri = params.text_document.uri
+    if uri not in ls.docs:
+        ls.docs[uri] = DocState()
+    ls.schedule(uri, DEBOUNCE_S)
+
+
+@server.feature(types.TEXT_DOCUMENT_DID_SAVE)
+async def did_save(ls: TorchlintServer, params: types.DidSaveTextDocumentParams):
+    uri = params.text_document.uri
+    if uri not in ls.docs:
+        return
+    loop = asyncio.get_running_loop()
+    await loop.run_in_executor(None, ls.refresh_saved, uri)
+    # its summaries may change what the other open documents' rules conclude
+    for other in list(ls.docs):
+        ls.schedule(other, 0.0)
+
+
+@server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
+async def did_close(ls: TorchlintServer, params: types.DidCloseTextDocumentParams):
+    uri = params.text_document.uri
+    state = ls.docs.pop(uri, None)
+    if state is not None and state.task is not None and not state.task.done():
+        state.task.cancel()
+    ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
+
+
+@server.feature(types.WORKSPACE_DID_CHANGE_WATCHED_FILES)
+async def did_change_watched(ls: TorchlintServer, params: types.DidChangeWatchedFilesParams):
+    if any(os.path.basename(uri_to_path(c.uri) or "") in CONFIG_NAMES for c in params.changes):
+        ls._settings.clear()
+        for uri in list(ls.docs):
+            ls.schedule(uri, 0.0)
+
+
+# ------------------------------------------------------------------ code actions
+def _overlaps(f: Finding, rng: types.Range) -> bool:
+    fs, fe = f.line - 1, f.span.end.line - 1
+    return not (fe < rng.start.line or fs > rng.end.line)
+
+
+def _diag_for(ls, f: Finding, lines, context_diags) -> list:
+    start = ls.position(lines, f.line, f.column)
+    for d in context_diags or ():
+        if d.source == "torchlint" and d.code == f.code and d.range.start.line == start.line:
+            return [d]
+    return ls.diagnostics([f], "\n".join(lines))
+
+
+def _full_range(lines) -> types.Range:
+    return types.Range(types.Position(0, 0), types.Position(len(lines), 0))
+
+
+@server.feature(
+    types.TEXT_DOCUMENT_CODE_ACTION,
+    types.CodeActionOptions(code_action_kinds=[types.CodeActionKind.QuickFix, FIX_ALL_KIND],
+                            resolve_provider=False),
+)
+def code_action(ls: TorchlintServer, params: types.CodeActionParams):
+    uri = params.text_document.uri
+    text, findings = ls.current(uri)
+    lines = _lines(text)
+    only = params.context.only
+    want_quick = only is None or any(types.CodeActionKind.QuickFix.value.startswith(k) for k in only)
+    want_all = only is None or any(FIX_ALL_KIND.startswith(k) for k in only)
+    actions = []
+    if want_quick:
+        noqa_seen = set()
+        for f in findings:
+            if not _overlaps(f, params.range) or f.code in ("TL000", "TL001"):
+                continue
+            diags = _diag_for(ls, f, lines, params.context.diagnostics)
+            if f.fix is not None and f.fix.edits:
+                unsafe = f.fix.applicability == UNSAFE
+                title = f"{f.fix.message} ({f.code})" + (" (unsafe)" if unsafe else "")
+                actions.append(types.CodeAction(
+                    title=title, kind=types.CodeActionKind.QuickFix, diagnostics=diags,
+                    is_preferred=not unsafe,
+                    edit=types.WorkspaceEdit(changes={uri: [ls.text_edit(lines, e) for e in f.fix.edits]})))
+            if (f.line, f.code) in noqa_seen:
+                continue
+            noqa_seen.add((f.line, f.code))
+            new, n = noqa_text(text, {f.line: {f.code}})
+            if n:
+                new_lines = _lines(new)
+                old_line = lines[f.line - 1]
+                rng = types.Range(types.Position(f.line - 1, 0),
+                                  types.Position(f.line - 1, _to_units(old_line, len(old_line),
+                                                                       ls.workspace.position_encoding)))
+                actions.append(types.CodeAction(
+                    title=f"Disable {f.code} for this line", kind=types.CodeActionKind.QuickFix,
+                    diagnostics=diags,
+                    edit=types.WorkspaceEdit(changes={uri: [types.TextEdit(rng, new_lines[f.line - 1])]})))
+    if want_all:
+        path = uri_to_path(uri)
+        settings = ls.settings_for(path)
+        if any(f.fix is not None and f.fix.applicability != UNSAFE and f.code not in ("TL000", "TL001")
+               and (settings.allowed is None or f.code in settings.allowed) for f in findings):
+            with ls._lock:
+                ff = fix_text(path or "untitled.py", text, settings.opts, unsafe=False, project=ls.project,
+                              shown=path or uri, first=findings, allowed=settings.allowed)
+            if ff.changed:
+                actions.append(types.CodeAction(
+                    title="torchlint: fix all safely fixable problems", kind=FIX_ALL_KIND,
+                    edit=types.WorkspaceEdit(changes={uri: [types.TextEdit(_full_range(lines), ff.fixed)]})))
+    return actions
+
+
+# ------------------------------------------------------------------ hover
+@server.feature(types.TEXT_DOCUMENT_HOVER)
+def hover(ls: TorchlintServer, params: types.HoverParams):
+    uri = params.text_document.uri
+    text, findings = ls.current(uri)
+    lines = _lines(text)
+    ln = params.position.line
+    if ln >= len(lines):
+        return None
+    line_text = lines[ln]
+    col = _from_units(line_text, params.position.character, ls.workspace.position_encoding)
+    rules = all_rules()
+    # a code in a `# noqa` comment
+    m = _NOQA.search(line_text)
+    if m is not None and m.group("codes"):
+        base = m.start("codes")
+        for cm in _CODE.finditer(m.group("codes")):
+            a, b = base + cm.start(), base + cm.end()
+            code = cm.group(0).upper()
+            if a <= col <= b and code in rules:
+                return types.Hover(
+                    contents=types.MarkupContent(kind=types.MarkupKind.Markdown, value=rule_markdown(rules[code])),
+                    range=types.Range(ls.position(lines, ln + 1, a), ls.position(lines, ln + 1, b)))
+    # a diagnostic under the cursor
+    for f in findings:
+        if f.code not in rules or not (f.line - 1 <= ln <= f.span.end.line - 1):
+            continue
+        if f.line == f.span.end.line and not (f.column <= col <= f.span.end.column):
+            continue
+        md = f"**{f.code}** {f.message}\n\n---\n\n" + rule_markdown(rules[f.code])
+        return types.Hover(contents=types.MarkupContent(kind=types.MarkupKind.Markdown, value=md),
+                           range=types.Range(ls.position(lines, f.line, f.column),
+                                             ls.position(lines, f.span.end.line, f.span.end.column)))
+    return None
+
+
+def serve() -> None:
+    """Run the server on stdin/stdout until the client says exit."""
+    logging.basicConfig(level=logging.WARNING)
+    server.start_io()

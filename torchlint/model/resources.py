@@ -1,0 +1,1307 @@
+"""Where models, loaders and tensors come from, and where values are kept.
+
+The questions of the memory, device, data and debug rules, answered once per module from
+the ops and dataflow facts (rules never walk the tree):
+
+* **definitions** of a path (``model``, ``self.loader``, a parameter): its assignments in the
+  function, its enclosing functions, its class and the module, and, for a parameter, the
+  arguments its callers in this module pass;
+* **device placement**: was a model moved to an accelerator (``model.to(device)``,
+  ``model = Net().cuda()``, in a caller that passes the moved model), do a loader's batches
+  arrive on the device already (``accelerator.prepare``, a ``collate_fn`` or dataset that
+  moves them), is a device the CPU;
+* **loaders**: each ``DataLoader(...)`` construction with its shuffle/sampler facts, the
+  loops that iterate it (through variables, attributes, parameters of helpers) and whether
+  they train;
+* **accumulation**: values kept across loop iterations (``total += loss``,
+  ``losses.append(out)``, ``history[k] = v``), the loops they live across and whether a
+  backward consumes them;
+* **forward-created tensors**: in ``nn.Module.forward``, tensors created without ``device=``
+  that meet the inputs;
+* **flattened argmax**: ``out.argmax()`` with no ``dim`` on batched model outputs compared
+  with labels.
+"""
+from __future__ import annotations
+
+from typing import Iterator, Optional
+
+import libcst as cst
+
+from . import catalog
+from .binder import dotted
+from .ir import (
+    AUTOGRAD_GRAD, BACKWARD, CALL, FORWARD, GRAD_OFF, LOSS, MOVE, AssignOp, BranchOp, CallOp,
+    DefOp, LoopOp, ReturnOp, walk,
+)
+
+ITER_WRAPPERS = ("enumerate", "tqdm", "tqdm.tqdm", "tqdm.auto.tqdm", "iter", "trange",
+                 "tqdm.notebook.tqdm", "progress_bar", "track")
+PREPARE_METHODS = ("prepare", "prepare_data_loader", "setup_dataloaders", "setup_dataloader")
+DP_WRAPPERS = {"torch.nn.DataParallel", "torch.nn.parallel.DataParallel",
+               "torch.nn.parallel.DistributedDataParallel", "torch.nn.DistributedDataParallel",
+               "torch.nn.parallel.distributed.DistributedDataParallel"}
+ANOMALY_SET = {"torch.autograd.set_detect_anomaly", "torch.autograd.anomaly_mode.set_detect_anomaly",
+               "torch.set_anomaly_enabled", "torch.autograd.grad_mode.set_detect_anomaly"}
+ANOMALY_CTX = {"torch.autograd.detect_anomaly", "torch.autograd.anomaly_mode.detect_anomaly"}
+ITERABLE_DATASET_BASES = {"torch.utils.data.IterableDataset", "torch.utils.data.dataset.IterableDataset",
+                          "IterableDataset", "data.IterableDataset", "torch.utils.data.IterDataPipe",
+                          "IterDataPipe"}
+_DTYPES = {"float", "float16", "float32", "float64", "half", "double", "bfloat16", "int", "int8",
+           "int16", "int32", "int64", "long", "uint8", "bool", "complex64", "complex128", "short"}
+_TRAIN_NAME = ("train", "trn")
+_EVAL_WORDS = ("val", "valid", "test", "eval", "dev", "holdout", "calib", "query", "gallery",
+               "infer", "predict", "memory", "knn", "probe")
+
+
+# ============================================================== expression helpers
+def strip_iter_wrappers(expr):
+    """``enumerate(tqdm(loader))`` -> ``loader``."""
+    while isinstance(expr, cst.Call) and dotted(expr.func) in ITER_WRAPPERS and expr.args:
+        expr = expr.args[0].value
+    return expr
+
+
+def base_path(expr) -> Optional[str]:
+    """``hist["loss"][0]`` -> ``hist``; ``self.losses`` -> ``self.losses``."""
+    while isinstance(expr, cst.Subscript):
+        expr = expr.value
+    if isinstance(expr, (cst.Name, cst.Attribute)):
+        return dotted(expr)
+    return None
+
+
+def subnodes(node) -> Iterator[cst.CSTNode]:
+    """Every node under ``node`` (itself included), not entering lambdas or nested defs."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        yield n
+        if isinstance(n, (cst.Lambda, cst.FunctionDef, cst.ClassDef)) and n is not node:
+            continue
+        stack.extend(reversed(n.children))
+
+
+def names_in(expr) -> set:
+    """Dotted names (maximal ``a.b.c`` chains and their bare roots) read in ``expr``."""
+    out = set()
+    if expr is None:
+        return out
+    for n in subnodes(expr):
+        if isinstance(n, (cst.Name, cst.Attribute)):
+            d = dotted(n)
+            if d:
+                out.add(d)
+    return out
+
+
+def contains(expr, node) -> bool:
+    return any(n is node for n in subnodes(expr))
+
+
+def _is_true(e) -> bool:
+    return isinstance(e, cst.Name) and e.value == "True"
+
+
+def _is_false_or_none(e) -> bool:
+    return isinstance(e, cst.Name) and e.value in ("False", "None")
+
+
+def _string_value(e) -> Optional[str]:
+    if isinstance(e, cst.SimpleString):
+        try:
+            return str(e.evaluated_value)
+        except Exception:  # pragma: no cover - defensive
+            return None
+    return None
+
+
+def root_name(path: Optional[str]) -> Optional[str]:
+    return path.split(".", 1)[0] if path else None
+
+
+def words(name: str) -> list:
+    """``train_loader`` -> [train, loader]; ``dataloaderTrain`` -> [dataloader, train]."""
+    import re
+
+    parts = re.split(r"[_\W]+|(?<=[a-z])(?=[A-Z])", name)
+    return [p.lower() for p in parts if p]
+
+
+def is_train_name(name: str) -> bool:
+    ws = words(name.rsplit(".", 1)[-1])
+    if any(w in _EVAL_WORDS or w.startswith(("val", "test", "eval")) for w in ws):
+        return False
+    return any(w.startswith(_TRAIN_NAME) and not w.startswith("trans") for w in ws) or \
+        name.rsplit(".", 1)[-1].lower().startswith(("train", "trainloader", "trn"))
+
+
+def is_eval_name_word(name: str) -> bool:
+    ws = words(name.rsplit(".", 1)[-1])
+    return any(w in _EVAL_WORDS or w.startswith(("val", "test", "eval")) for w in ws)
+
+
+class Move:
+    """A device move of a model: where it happened and the device expression it used."""
+
+    __slots__ = ("node", "device", "fn", "cuda", "dp")
+
+    def __init__(self, node, device, fn, cuda, dp=False):
+        self.node, self.device, self.fn, self.cuda, self.dp = node, device, fn, cuda, dp
+
+
+class Accumulation:
+    """A value kept in a container across loop iterations."""
+
+    __slots__ = ("op", "fn", "container", "value", "facts", "how", "loops")
+
+    def __init__(self, op, fn, container, value, facts, how, loops):
+        self.op, self.fn, self.container, self.value = op, fn, container, value
+        self.facts, self.how, self.loops = facts, how, loops
+
+
+class LoaderInfo:
+    """A ``DataLoader(...)`` construction."""
+
+    __slots__ = ("op", "fn", "shuffle", "sampler", "iterable", "unknown", "shuffle_arg", "names")
+
+    def __init__(self, op, fn):
+        self.op, self.fn = op, fn
+        self.shuffle = None  # True / False / None (not a literal)
+        self.shuffle_arg = None  # the Arg node giving shuffle
+        self.sampler = False
+        self.iterable = False
+        self.unknown = False  # **kwargs / *args: anything may be set
+        self.names: list = []  # paths the loader is bound to
+
+
+# ============================================================== the per-module answers
+class Resources:
+    def __init__(self, mm):
+        self.mm = mm
+        self._assigns: dict = {}
+        self._fn_of_op: Optional[dict] = None
+        self._move_cache: dict = {}
+
+    # ------------------------------------------------------------ definitions
+    def assigns(self, fn) -> dict:
+        """path -> [(AssignOp, value expression or None, is_whole_value)] in ``fn`` (not aug)."""
+        r = self._assigns.get(id(fn))
+        if r is not None:
+            return r
+        r = {}
+        for op in walk(fn.body):
+            if not isinstance(op, AssignOp) or op.value is None or op.aug is not None:
+                continue
+            for t in op.targets:
+                self._collect_target(r, op, t, op.value)
+        self._assigns[id(fn)] = r
+        return r
+
+    def _collect_target(self, r, op, t, value) -> None:
+        if isinstance(t, (cst.Tuple, cst.List)):
+            elts = [e.value for e in t.elements]
+            if isinstance(value, (cst.Tuple, cst.List)) and len(value.elements) == len(elts):
+                for te, ve in zip(elts, value.elements):
+                    self._collect_target(r, op, te, ve.value)
+            else:
+                for i, te in enumerate(elts):
+                    d = dotted(te)
+                    if d:
+                        r.setdefault(d, []).append((op, value, i))
+            return
+        if isinstance(t, cst.StarredElement):
+            return
+        d = dotted(t)
+        if d:
+            r.setdefault(d, []).append((op, value, None))
+
+    def fn_of_op(self, op):
+        if self._fn_of_op is None:
+            self._fn_of_op = {}
+            for f in self.mm.all_functions:
+                for o in walk(f.body):
+                    self._fn_of_op[id(o)] = f
+        return self._fn_of_op.get(id(op))
+
+    def definitions(self, fn, path: str) -> list:
+        """[(owner function, AssignOp, value expression, tuple index or None)] for ``path``
+        seen from ``fn``: local, enclosing functions, the class (``self.x``), the module."""
+        out = []
+        f = fn
+        while f is not None:
+            for op, value, idx in self.assigns(f).get(path, ()):
+                out.append((f, op, value, idx))
+            if out or path.split(".")[0] in f.params:
+                return out
+            f = f.parent
+        if path.startswith("self."):
+            cls = fn.cls or (fn.parent.cls if fn.parent is not None else None)
+            seen = 0
+            while cls is not None and seen < 5:
+                for m in cls.methods.values():
+                    for op, value, idx in self.assigns(m).get(path, ()):
+                        out.append((m, op, value, idx))
+                if out:
+                    return out
+                nxt = None
+                for raw in cls.raw_bases:
+                    nxt = self.mm.find_class(raw)
+                    if nxt is not None and nxt is not cls:
+                        break
+                    nxt = None
+                cls, seen = nxt, seen + 1
+            return out
+        mf = self.mm.module_function
+        if fn is not mf:
+            for op, value, idx in self.assigns(mf).get(path, ()):
+                out.append((mf, op, value, idx))
+        return out
+
+    def param_owner(self, fn, path: str):
+        """The function (``fn`` or an enclosing one) that has ``path``'s root as a parameter
+        and no local assignment of it, else ``None``."""
+        root = root_name(path)
+        f = fn
+        while f is not None:
+            if self.assigns(f).get(path):
+                return None
+            if root in f.params and root not in ("self", "cls"):
+                return f
+            f = f.parent
+        return None
+
+    def caller_args(self, fn, param: str) -> list:
+        """[(caller function, argument expression)] for each call of ``fn`` in this module."""
+        out = []
+        params = [p for p in fn.params if not p.startswith("*")]
+        if fn.cls is not None and params and params[0] in ("self", "cls"):
+            params = params[1:]
+        if param not in params:
+            return out
+        idx = params.index(param)
+        for caller, op in self.mm.callers(fn):
+            positional = [a for a in op.args if a.keyword is None and not a.star]
+            arg = None
+            for a in op.args:
+                if a.keyword is not None and a.keyword.value == param:
+                    arg = a.value
+            if arg is None and idx < len(positional):
+                arg = positional[idx].value
+            if arg is not None:
+                out.append((caller, arg))
+        return out
+
+    # ------------------------------------------------------------ devices
+    def is_cpu_device(self, fn, expr, depth: int = 0) -> bool:
+        """``"cpu"``, ``torch.device("cpu")`` or a name only ever bound to one of them."""
+        if expr is None or depth > 3:
+            return False
+        s = _string_value(expr)
+        if s is not None:
+            return s.split(":")[0] == "cpu"
+        if isinstance(expr, cst.Call):
+            q = self.mm.qualify(dotted(expr.func))
+            if q in catalog.DEVICE_NAMES and expr.args:
+                return self.is_cpu_device(fn, expr.args[0].value, depth + 1)
+            return False
+        if isinstance(expr, (cst.Name, cst.Attribute)):
+            d = dotted(expr)
+            if not d:
+                return False
+            defs = self.definitions(fn, d)
+            if not defs:
+                return False
+            return all(v is not None and idx is None and self.is_cpu_device(owner, v, depth + 1)
+                       for owner, _op, v, idx in defs)
+        return False
+
+    def move_device(self, fn, op: CallOp):
+        """For a ``.to(...)``/``.cuda()`` call: (is a device move, device expression or None
+        for ``.cuda()``). Dtype-only ``.to(torch.float16)`` and CPU moves are not moves."""
+        if op.attr == "cuda":
+            return True, None
+        if op.attr != "to":
+            return False, None
+        dev = op.keyword("device")
+        if dev is None:
+            pos = [a for a in op.args if a.keyword is None and not a.star]
+            if not pos:
+                return False, None
+            dev = pos[0]
+        v = dev.value
+        d = dotted(v) if isinstance(v, (cst.Name, cst.Attribute)) else None
+        if d:
+            last = d.rsplit(".", 1)[-1]
+            if d.startswith("torch.") and last in _DTYPES:
+                return False, None
+        if isinstance(v, cst.Name) and v.value in ("dtype",):
+            return False, None
+        if self.is_cpu_device(fn, v):
+            return False, None
+        return True, v
+
+    def model_move(self, fn, path: Optional[str], depth: int = 0) -> Optional[Move]:
+        """How the model at ``path`` (seen from ``fn``) was moved to an accelerator, if it was."""
+        if not path or depth > 3:
+            return None
+        key = (id(fn), path, depth)
+        if key in self._move_cache:
+            return self._move_cache[key]
+        self._move_cache[key] = None
+        r = self._model_move(fn, path, depth)
+        self._move_cache[key] = r
+        return r
+
+    def _model_move(self, fn, path: str, depth: int) -> Optional[Move]:
+        for suffix in (".module", ".model", ".net"):
+            pass
+        norm = path[:-7] if path.endswith(".module") else path
+        scopes = self._scopes(fn, norm)
+        dp = False
+        found = None
+        for owner in scopes:
+            for o in walk(owner.body):
+                if isinstance(o, CallOp) and o.kind == MOVE and o.target is not None:
+                    t = o.target[:-7] if o.target.endswith(".module") else o.target
+                    if t == norm:
+                        ok, dev = self.move_device(owner, o)
+                        if ok and found is None:
+                            found = Move(o.node, dev, owner, dev is None)
+        for owner, aop, value, idx in self.definitions(fn, norm):
+            if value is None:
+                continue
+            if idx is not None and isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) \
+                    and value.func.attr.value in PREPARE_METHODS:
+                continue  # accelerator.prepare(model, ...): accelerate places it
+            for o in walk(owner.body):
+                if isinstance(o, CallOp) and o.stmt is aop.stmt and o.stmt is not None:
+                    if o.qual in DP_WRAPPERS:
+                        dp = True
+                    if o.attr in ("to", "cuda") and contains(value, o.node):
+                        ok, dev = self.move_device(owner, o)
+                        if ok and found is None:
+                            found = Move(o.node, dev, owner, dev is None)
+            # model = net / model = DataParallel(net): follow the inner path
+            inner = value
+            while isinstance(inner, cst.Call):
+                q = self.mm.qualify(dotted(inner.func))
+                if isinstance(inner.func, cst.Attribute) and inner.func.attr.value in ("to", "cuda", "train", "eval",
+                                                                                       "float", "half"):
+                    inner = inner.func.value
+                elif q in DP_WRAPPERS or q in ("torch.compile",) and inner.args:
+                    inner = inner.args[0].value if inner.args else None
+                else:
+                    break
+            d = dotted(inner) if isinstance(inner, (cst.Name, cst.Attribute)) else None
+            if d and d != norm and found is None:
+                r = self.model_move(owner, d, depth + 1)
+                if r is not None:
+                    found = Move(r.node, r.device, r.fn, r.cuda, r.dp)
+        if found is None:
+            owner = self.param_owner(fn, norm)
+            if owner is not None:
+                rest = norm[len(root_name(norm)):]
+                for caller, arg in self.caller_args(owner, root_name(norm)):
+                    d = dotted(arg) if isinstance(arg, (cst.Name, cst.Attribute)) else None
+                    if d:
+                        r = self.model_move(caller, d + rest, depth + 1)
+                        if r is not None:
+                            found = r
+                            break
+                    elif isinstance(arg, cst.Call):
+                        for o in walk(caller.body):
+                            if isinstance(o, CallOp) and o.attr in ("to", "cuda") and contains(arg, o.node):
+                                ok, dev = self.move_device(caller, o)
+                                if ok:
+                                    found = Move(o.node, dev, caller, dev is None)
+                                    break
+                        if found:
+                            break
+        if found is not None and dp:
+            found.dp = True
+        return found
+
+    def _scopes(self, fn, path: str) -> list:
+        """Functions where a statement on ``path`` (as seen from ``fn``) can act on it."""
+        out = []
+        f = fn
+        while f is not None:
+            out.append(f)
+            f = f.parent
+        if path.startswith("self."):
+            cls = fn.cls or (fn.parent.cls if fn.parent is not None else None)
+            if cls is not None:
+                out.extend(m for m in cls.methods.values() if m not in out)
+        elif self.param_owner(fn, path) is None and self.mm.module_function not in out:
+            if not any(self.assigns(f).get(path) for f in out):
+                out.append(self.mm.module_function)
+            elif fn.is_module_level:
+                pass
+        return out
+
+    # ------------------------------------------------------------ loaders
+    def loader_values(self, fn, expr, depth: int = 0) -> list:
+        """[(owner, value expression)] that the loader expression ``expr`` may be; a value is
+        ``"param"`` when it came from a caller outside the module (unknown)."""
+        expr = strip_iter_wrappers(expr)
+        if isinstance(expr, cst.Call):
+            return [(fn, expr)]
+        d = dotted(expr) if isinstance(expr, (cst.Name, cst.Attribute)) else None
+        if not d or depth > 3:
+            return [(fn, None)]
+        defs = self.definitions(fn, d)
+        out = []
+        for owner, _op, value, idx in defs:
+            if idx is not None:
+                if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) \
+                        and value.func.attr.value in PREPARE_METHODS:
+                    out.append((owner, value))
+                else:
+                    out.append((owner, None))
+                continue
+            if isinstance(value, (cst.Name, cst.Attribute)):
+                out.extend(self.loader_values(owner, value, depth + 1))
+            else:
+                out.append((owner, value))
+        if not defs:
+            owner = self.param_owner(fn, d)
+            if owner is not None and d == root_name(d):
+                args = self.caller_args(owner, d)
+                if not args:
+                    return [(fn, None)]
+                for caller, arg in args:
+                    out.extend(self.loader_values(caller, arg, depth + 1))
+            else:
+                out.append((fn, None))
+        return out
+
+    def is_loader_call(self, fn, value) -> bool:
+        if not isinstance(value, cst.Call):
+            return False
+        q = self.mm.qualify(dotted(value.func))
+        return q in catalog.LOADER_NAMES
+
+    def loader_placement(self, fn, loop: LoopOp) -> Optional[str]:
+        """``"device"`` when the batches of the loop's loader arrive on the device already,
+        ``"host"`` when the loader is a plain ``DataLoader`` (batches on the CPU), ``None``
+        when that is not known."""
+        vals = self.loader_values(fn, loop.iter)
+        if not vals:
+            return None
+        verdict = "host"
+        for owner, v in vals:
+            if v is None or not isinstance(v, cst.Call):
+                return None
+            if isinstance(v.func, cst.Attribute) and v.func.attr.value in PREPARE_METHODS:
+                return "device"
+            if not self.is_loader_call(owner, v):
+                return None
+            p = self._construction_placement(owner, v)
+            if p is None:
+                return None
+            if p == "device":
+                return "device"
+        return verdict
+
+    def _construction_placement(self, fn, call: cst.Call) -> Optional[str]:
+        for a in call.args:
+            if a.star:
+                return None
+            if a.keyword is not None and a.keyword.value == "collate_fn":
+                c = a.value
+                if _is_false_or_none(c):
+                    continue
+                if isinstance(c, cst.Lambda):
+                    if any(isinstance(n, cst.Name) and "device" in n.value.lower() or
+                           isinstance(n, cst.Attribute) and n.attr.value in ("to", "cuda")
+                           for n in subnodes(c)):
+                        return "device"
+                    continue
+                if isinstance(c, cst.Call):
+                    if any("device" in n for n in names_in(c)):
+                        return "device"
+                    c = c.args[0].value if c.args else None
+                name = dotted(c) if c is not None else None
+                target = self.mm.function_named(fn, name) if name and hasattr(self.mm, "function_named") else None
+                if target is None and name and name.startswith("self."):
+                    cls = fn.cls or (fn.parent.cls if fn.parent is not None else None)
+                    target = cls.methods.get(name[5:]) if cls is not None else None
+                if target is None:
+                    return None  # an unknown collate function may move
+                s = self.mm.summary_of(target)
+                if s is None or s.get("moves") or "moved" in s.get("returns", ()):
+                    return "device"
+        ds = _dataset_arg(call)
+        if ds is not None and self._dataset_on_device(fn, ds):
+            return "device"
+        if ds is not None and self._dataset_unknown(fn, ds):
+            return None
+        return "host"
+
+    def _dataset_values(self, fn, ds, depth=0) -> list:
+        if isinstance(ds, (cst.Name, cst.Attribute)) and depth < 3:
+            d = dotted(ds)
+            defs = self.definitions(fn, d) if d else []
+            out = []
+            for owner, _op, value, idx in defs:
+                if value is not None and idx is None:
+                    out.extend(self._dataset_values(owner, value, depth + 1))
+                else:
+                    out.append((owner, None))
+            if not defs and d:
+                owner = self.param_owner(fn, d)
+                if owner is not None and d == root_name(d):
+                    for caller, arg in self.caller_args(owner, d):
+                        out.extend(self._dataset_values(caller, arg, depth + 1))
+            return out
+        return [(fn, ds)]
+
+    def _dataset_on_device(self, fn, ds) -> bool:
+        for owner, v in self._dataset_values(fn, ds):
+            if not isinstance(v, cst.Call):
+                continue
+            name = dotted(v.func)
+            cls = self.mm.find_class(name) if name else None
+            if cls is not None:
+                for m in cls.methods.values():
+                    if any(p == "device" or p.endswith("_device") for p in m.params):
+                        return True
+                    for o in walk(m.body):
+                        if isinstance(o, CallOp) and o.kind == MOVE and self.move_device(m, o)[0]:
+                            return True
+                        if isinstance(o, CallOp) and o.keyword("device") is not None and \
+                                not self.is_cpu_device(m, o.keyword("device").value):
+                            return True
+                continue
+            # TensorDataset(x.to(device), y.to(device)), datasets of tensors created on the device
+            for o in walk(owner.body):
+                if isinstance(o, CallOp) and o.node is v:
+                    if any("moved" in f for f in o.arg_facts):
+                        return True
+            for a in v.args:
+                for n in names_in(a.value):
+                    if "device" in n.rsplit(".", 1)[-1].lower() or n.endswith(("cuda", ".to")):
+                        return True
+                for o in subnodes(a.value):
+                    if isinstance(o, cst.Attribute) and o.attr.value in ("to", "cuda"):
+                        return True
+                    if isinstance(o, (cst.Name, cst.Attribute)):
+                        d = dotted(o)
+                        if d and self._tensor_on_device(owner, d):
+                            return True
+        return False
+
+    def _tensor_on_device(self, fn, path: str) -> bool:
+        for owner, _op, value, idx in self.definitions(fn, path):
+            if value is None:
+                continue
+            for o in subnodes(value):
+                if isinstance(o, cst.Attribute) and o.attr.value in ("to", "cuda"):
+                    return True
+                if isinstance(o, cst.Arg) and o.keyword is not None and o.keyword.value == "device" \
+                        and not self.is_cpu_device(owner, o.value):
+                    return True
+        return False
+
+    def _dataset_unknown(self, fn, ds) -> bool:
+        """A dataset whose class lives in another module of the linted tree (it may place
+        its tensors on the device) or cannot be found."""
+        for owner, v in self._dataset_values(fn, ds):
+            if v is None:
+                return True
+            if isinstance(v, cst.Call):
+                name = dotted(v.func)
+                if name and self.mm.find_class(name) is None and hasattr(self.mm, "external_class_name") \
+                        and self.mm.external_class_name(name):
+                    return True
+        return False
+
+    # ------------------------------------------------------------ loader constructions
+    def loader_constructions(self) -> list:
+        out = []
+        for fn in self.mm.all_functions:
+            for op in walk(fn.body):
+                if isinstance(op, CallOp) and op.qual in catalog.LOADER_NAMES:
+                    out.append(self._loader_info(fn, op))
+        return out
+
+    def _loader_info(self, fn, op: CallOp) -> LoaderInfo:
+        info = LoaderInfo(op, fn)
+        pos = [a for a in op.args if a.keyword is None and not a.star]
+        if any(a.star for a in op.args):
+            info.unknown = True
+        shuffle = op.keyword("shuffle") or (pos[2] if len(pos) > 2 else None)
+        if shuffle is not None:
+            info.shuffle_arg = shuffle
+            v = shuffle.value
+            info.shuffle = True if _is_true(v) else (False if _is_false_or_none(v) else None)
+        for kw, i in (("sampler", 3), ("batch_sampler", 4)):
+            a = op.keyword(kw) or (pos[i] if len(pos) > i else None)
+            if a is not None and not _is_false_or_none(a.value):
+                info.sampler = True
+        ds = _dataset_arg(op.node)
+        if ds is not None and self._dataset_iterable(fn, ds):
+            info.iterable = True
+        return info
+
+    def _dataset_iterable(self, fn, ds) -> bool:
+        for owner, v in self._dataset_values(fn, ds):
+            if v is None:
+                continue
+            for n in subnodes(v):
+                if isinstance(n, cst.Attribute) and n.attr.value in ("shuffle", "to_iterable_dataset"):
+                    return True  # datasets / webdataset shuffle themselves
+                if isinstance(n, cst.Arg) and n.keyword is not None and n.keyword.value == "streaming":
+                    return True
+            if not isinstance(v, cst.Call):
+                continue
+            name = dotted(v.func) or ""
+            if self._class_iterable(name):
+                return True
+            last = name.rsplit(".", 1)[-1]
+            if "Iterable" in last or "Stream" in last or "WebDataset" in last or "DataPipe" in last \
+                    or "IterDataPipe" in last:
+                return True
+        # a name the dataset is shuffled through later: ds = ds.shuffle(...)
+        d = dotted(ds) if isinstance(ds, (cst.Name, cst.Attribute)) else None
+        if d:
+            for o in walk(fn.body):
+                if isinstance(o, CallOp) and o.recv == d and o.attr in ("shuffle", "shuffled"):
+                    return True
+        return False
+
+    def _class_iterable(self, name: str, depth: int = 0) -> bool:
+        if not name or depth > 5:
+            return False
+        cls = self.mm.find_class(name)
+        if cls is None:
+            q = self.mm.qualify(name)
+            return q in ITERABLE_DATASET_BASES
+        for b, raw in zip(cls.bases, cls.raw_bases):
+            if b in ITERABLE_DATASET_BASES or raw in ITERABLE_DATASET_BASES:
+                return True
+            if self._class_iterable(raw, depth + 1):
+                return True
+        if "__iter__" in cls.methods and "__getitem__" not in cls.methods:
+            return True
+        return False
+
+    def loader_bindings(self, info: LoaderInfo) -> list:
+        """[(function, path)] the loader is bound to, and [(function, 'return')] when the
+        constructing function returns it."""
+        fn, op = info.fn, info.op
+        out = []
+        for o in walk(fn.body):
+            if isinstance(o, AssignOp) and o.value is not None and o.aug is None and contains(o.value, op.node):
+                for t in o.targets:
+                    d = dotted(t)
+                    if d:
+                        out.append((fn, d))
+                    elif isinstance(t, (cst.Tuple, cst.List)) and isinstance(o.value, (cst.Tuple, cst.List)):
+                        for te, ve in zip(t.elements, o.value.elements):
+                            if contains(ve.value, op.node) and dotted(te.value):
+                                out.append((fn, dotted(te.value)))
+            elif isinstance(o, ReturnOp) and o.value is not None and contains(o.value, op.node):
+                out.append((fn, "<return>"))
+        return out
+
+    def loader_sites(self, fn, path: str, depth: int = 0, seen=None) -> list:
+        """[(function, LoopOp)] iterating the loader ``path`` of ``fn`` (through helpers it is
+        passed to, attributes of the class, module globals, ``iter()``/``next()``)."""
+        if seen is None:
+            seen = set()
+        key = (id(fn), path)
+        if key in seen or depth > 3:
+            return []
+        seen.add(key)
+        out = []
+        scopes = [fn]
+        if path.startswith("self.") and fn.cls is not None:
+            scopes = list(fn.cls.methods.values())
+            for m in list(scopes):
+                scopes.extend(m.nested)
+        elif fn.is_module_level:
+            scopes = [f for f in self.mm.all_functions
+                      if f.is_module_level or root_name(path) not in f.params and not self.assigns(f).get(path)]
+        else:
+            scopes = [fn] + list(fn.nested)
+        for f in scopes:
+            iters = {path}
+            for p, defs in self.assigns(f).items():
+                for _op, v, idx in defs:
+                    if isinstance(v, cst.Call) and dotted(v.func) == "iter" and v.args and \
+                            dotted(v.args[0].value) == path:
+                        iters.add(p)
+            for o in walk(f.body):
+                if isinstance(o, LoopOp) and not o.is_while and o.iter is not None:
+                    it = strip_iter_wrappers(o.iter)
+                    targets = [it]
+                    if isinstance(it, cst.Call) and dotted(it.func) == "zip":
+                        targets = [strip_iter_wrappers(a.value) for a in it.args]
+                    if any(dotted(t) in iters for t in targets if isinstance(t, (cst.Name, cst.Attribute))):
+                        out.append((f, o))
+                elif isinstance(o, CallOp) and o.func == "next" and o.args and o.loop is not None:
+                    if dotted(o.args[0].value) in iters and dotted(o.args[0].value) != path:
+                        out.append((f, o.loop))
+                elif isinstance(o, CallOp) and o.kind == CALL and not isinstance(o.info, str):
+                    for i, a in enumerate(o.args):
+                        if dotted(a.value) != path:
+                            continue
+                        callee = o.info
+                        if not hasattr(callee, "body"):
+                            # another module: its summary tells which parameters it trains on
+                            s = self.mm.summary_of(callee)
+                            param = self._param_for(s.get("params", []) if s else [], o, i, a)
+                            if s and param is not None:
+                                if param in s.get("trains_on", ()):
+                                    out.append((f, "train"))
+                                elif param in s.get("evaluates_on", ()):
+                                    out.append((f, "eval"))
+                            continue
+                        params = [p for p in callee.params if not p.startswith("*")]
+                        param = self._param_for(params, o, i, a)
+                        if param is not None:
+                            out.extend(self.loader_sites(callee, param, depth + 1, seen))
+        return out
+
+    @staticmethod
+    def _param_for(params, op, i, a) -> Optional[str]:
+        if a.keyword is not None:
+            return a.keyword.value if a.keyword.value in params else None
+        if params and params[0] in ("self", "cls") and (op.func or "").count(".") >= 1:
+            params = params[1:]
+        positional = [x for x in op.args if x.keyword is None and not x.star]
+        j = positional.index(a) if a in positional else -1
+        return params[j] if 0 <= j < len(params) else None
+
+    def loop_trains(self, fn, loop: LoopOp) -> bool:
+        """The loop (or one around it) runs backward, directly or through helpers."""
+        from .queries import is_kind
+
+        lp = loop
+        while lp is not None:
+            if any(is_kind(self.mm, o, BACKWARD) for o in walk(lp.body) if isinstance(o, CallOp)):
+                return True
+            lp = lp.parent
+        return False
+
+    def loop_evaluates(self, fn, loop: LoopOp) -> bool:
+        """The loop is evaluation code: under no_grad, or in an evaluation-named function
+        that never runs backward."""
+        from .roles import is_eval_name
+
+        if loop.grad == GRAD_OFF or fn.decorator_grad == GRAD_OFF:
+            return True
+        return is_eval_name(fn.name) and not self.loop_trains(fn, loop)
+
+    def trains_on_params(self, fn) -> tuple:
+        """(params iterated in a loop that trains, params iterated only in evaluation loops)."""
+        tr, ev = set(), set()
+        for p in fn.params:
+            if p.startswith("*") or p in ("self", "cls"):
+                continue
+            for f, site in self.loader_sites(fn, p):
+                if site == "train" or isinstance(site, LoopOp) and self.loop_trains(f, site):
+                    tr.add(p)
+                elif site == "eval" or isinstance(site, LoopOp) and self.loop_evaluates(f, site):
+                    ev.add(p)
+        return sorted(tr), sorted(ev - tr)
+
+    # ------------------------------------------------------------ accumulation
+    def accumulations(self, fn) -> list:
+        """Values stored into containers inside loops: aug-assignments, ``x = x + v``,
+        ``c.append(v)``/``extend``/``insert``, ``c[k] = v``."""
+        out = []
+        for op in walk(fn.body):
+            if op.loop is None:
+                continue
+            if isinstance(op, AssignOp) and op.value is not None:
+                if op.aug is not None:
+                    if op.aug not in ("AddAssign", "SubtractAssign", "MultiplyAssign", "DivideAssign"):
+                        continue
+                    c = base_path(op.targets[0])
+                    if c:
+                        out.append(Accumulation(op, fn, c, op.value, op.value_facts, "aug", ()))
+                    continue
+                for t in op.targets:
+                    if isinstance(t, cst.Subscript):
+                        c = base_path(t)
+                        if c:
+                            out.append(Accumulation(op, fn, c, op.value, op.value_facts, "setitem", ()))
+                    else:
+                        d = dotted(t)
+                        if d and isinstance(op.value, cst.BinaryOperation) and \
+                                type(op.value.operator).__name__ in ("Add", "Subtract") and \
+                                d in (dotted(op.value.left), dotted(op.value.right)):
+                            out.append(Accumulation(op, fn, d, op.value, op.value_facts, "selfadd", ()))
+            elif isinstance(op, CallOp) and op.attr in ("append", "extend", "insert", "appendleft") \
+                    and op.recv_node is not None and op.args:
+                c = base_path(op.recv_node)
+                if not c:
+                    continue
+                i = len(op.args) - 1
+                a = op.args[i]
+                facts = op.arg_facts[i] if i < len(op.arg_facts) else frozenset()
+                out.append(Accumulation(op, fn, c, a.value, facts, op.attr, ()))
+        for acc in out:
+            acc.loops = self._accumulating_loops(fn, acc)
+        return out
+
+    def _resets(self, fn, path: str) -> list:
+        """Ops that give ``path`` a fresh value (not ``x = x + v``), or clear it."""
+        out = []
+        for op, value, idx in self.assigns(fn).get(path, ()):
+            if value is not None and idx is None and isinstance(value, cst.BinaryOperation) and \
+                    path in (dotted(value.left), dotted(value.right)):
+                continue
+            out.append(op)
+        for op in walk(fn.body):
+            if isinstance(op, CallOp) and op.recv == path and op.attr in ("clear", "zero_", "fill_", "reset"):
+                out.append(op)
+            elif isinstance(op, DefOp):
+                pass
+        return out
+
+    def _accumulating_loops(self, fn, acc: Accumulation) -> tuple:
+        """Loops around the accumulation, innermost first, across whose iterations the
+        container keeps its contents (up to the innermost loop that resets it)."""
+        resets = self._resets(fn, acc.container)
+        loops = []
+        lp = acc.op.loop
+        while lp is not None:
+            if any(_within(r, lp) for r in resets):
+                break
+            loops.append(lp)
+            lp = lp.parent
+        return tuple(loops)
+
+    def reset_loop(self, acc: Accumulation) -> Optional[LoopOp]:
+        """The innermost loop around the accumulation that resets the container."""
+        lp = acc.op.loop
+        n = len(acc.loops)
+        for _ in range(n):
+            lp = lp.parent if lp is not None else None
+        return lp
+
+    def consumed_by_backward(self, acc: Accumulation) -> bool:
+        """A backward (or ``autograd.grad``) whose input derives from the container runs in
+        the function: the graph is kept on purpose (full-batch / per-episode losses)."""
+        fn = acc.fn
+        derived = {acc.container}
+        changed = True
+        assigns = [o for o in walk(fn.body) if isinstance(o, AssignOp) and o.value is not None]
+        rounds = 0
+        while changed and rounds < 4:
+            changed, rounds = False, rounds + 1
+            for o in assigns:
+                ns = names_in(o.value)
+                if ns & derived or (o.aug is not None and base_path(o.targets[0]) in derived):
+                    for t in o.targets:
+                        for tn in _target_names(t):
+                            if tn not in derived:
+                                derived.add(tn)
+                                changed = True
+        for o in walk(fn.body):
+            if not isinstance(o, CallOp):
+                continue
+            if o.kind in (BACKWARD, AUTOGRAD_GRAD) or (o.kind == CALL and self._callee_backward(o)):
+                ns = set()
+                if o.recv_node is not None:
+                    ns |= names_in(o.recv_node)
+                for a in o.args:
+                    ns |= names_in(a.value)
+                if ns & derived:
+                    return True
+        return False
+
+    def _callee_backward(self, op: CallOp) -> bool:
+        s = self.mm.summary_of(op.info)
+        return bool(s and s.get("backward"))
+
+    def number_only_uses(self, fn, path: str, exclude=()) -> bool:
+        """Every read of ``path`` in ``fn`` (and of names computed from it) treats it as a
+        number: arithmetic, comparisons, conditions, f-strings, ``print``/``float``/``round``,
+        logging calls. A return, a method call, a subscript or any other call argument is not."""
+        ok_calls = {"print", "float", "round", "str", "int", "abs", "min", "max", "format", "math.isnan",
+                    "math.isfinite", "np.isnan", "math.exp"}
+        ok_methods = ("add_scalar", "add_scalars", "info", "debug", "set_postfix", "set_description",
+                      "write", "log_metrics", "format")
+        parents = {}
+        for n in subnodes(fn.node):
+            for c in n.children:
+                parents[id(c)] = n
+        todo, seen = [path], set()
+        while todo:
+            p = todo.pop()
+            if p in seen:
+                continue
+            seen.add(p)
+            for n in subnodes(fn.node):
+                if not isinstance(n, (cst.Name, cst.Attribute)) or dotted(n) != p:
+                    continue
+                par = parents.get(id(n))
+                if isinstance(par, cst.Attribute) and par.value is n:
+                    return False  # total.item(), total.backward(), ...
+                if isinstance(par, cst.Attribute):
+                    continue  # n is the attribute name part
+                if isinstance(par, (cst.AssignTarget, cst.AugAssign)) and getattr(par, "target", None) is n:
+                    continue
+                top, up = n, par
+                while isinstance(up, (cst.BinaryOperation, cst.UnaryOperation, cst.Comparison,
+                                      cst.ComparisonTarget, cst.BooleanOperation)):
+                    top, up = up, parents.get(id(up))
+                if isinstance(up, (cst.If, cst.While, cst.IfExp, cst.Assert, cst.Expr,
+                                   cst.FormattedStringExpression)):
+                    continue
+                if isinstance(up, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
+                    targets = up.targets if isinstance(up, cst.Assign) else [up]
+                    for t in targets:
+                        for tn in _target_names(t.target):
+                            todo.append(tn)
+                    continue
+                if isinstance(up, cst.Arg):
+                    call = parents.get(id(up))
+                    if isinstance(call, cst.Call):
+                        d = dotted(call.func) or ""
+                        if d in ok_calls or d.rsplit(".", 1)[-1] in ok_methods or \
+                                d.startswith(("logging.", "logger.", "log.", "print")):
+                            continue
+                return False
+        return True
+
+    # ------------------------------------------------------------ forward tensors
+    def forward_cpu_tensors(self, fn) -> list:
+        """In ``forward``: [(factory CallOp node, first tensor input name or None)] for tensors
+        created without ``device=`` that meet an input-derived tensor."""
+        return _ForwardDevice(self, fn).run()
+
+    # ------------------------------------------------------------ argmax
+    def flat_argmax_compares(self, fn) -> list:
+        """``argmax()``/``max()`` calls without ``dim`` on batched model outputs whose result
+        is compared with labels from the loader: [CallOp]."""
+        cands = []
+        for op in walk(fn.body):
+            if not isinstance(op, CallOp):
+                continue
+            if op.attr in ("argmax", "max") and op.recv_node is not None and not op.args and \
+                    op.qual not in ("torch.argmax", "torch.max"):
+                facts = op.recv_facts
+            elif op.qual in ("torch.argmax", "torch.max") and len(op.args) == 1 and op.args[0].keyword is None:
+                facts = op.arg_facts[0] if op.arg_facts else frozenset()
+            else:
+                continue
+            if facts & {"model_out", "logits", "probs", "logprobs", "sigmoid"}:
+                cands.append(op)
+        if not cands:
+            return []
+        labels = self._label_names(fn)
+        if not labels:
+            return []
+        out = []
+        for op in cands:
+            derived = set()
+            for o in walk(fn.body):
+                if isinstance(o, AssignOp) and o.value is not None and \
+                        (contains(o.value, op.node) or names_in(o.value) & derived):
+                    for t in o.targets:
+                        derived |= set(_target_names(t))
+            hit = False
+            for n in subnodes(fn.node):
+                if isinstance(n, cst.Comparison) and any(isinstance(c.operator, (cst.Equal, cst.NotEqual))
+                                                         for c in n.comparisons):
+                    sides = [n.left] + [c.comparator for c in n.comparisons]
+                elif isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and \
+                        n.func.attr.value in ("eq", "ne") and n.args:
+                    sides = [n.func.value, n.args[0].value]
+                elif isinstance(n, cst.Call) and dotted(n.func) in ("torch.eq", "torch.ne") and len(n.args) >= 2:
+                    sides = [n.args[0].value, n.args[1].value]
+                else:
+                    continue
+                pred = [s for s in sides if contains(s, op.node) or names_in(s) & derived]
+                lab = [s for s in sides if s not in pred and names_in(s) & labels]
+                if pred and lab:
+                    hit = True
+                    break
+            if hit:
+                out.append(op)
+        return out
+
+    def _label_names(self, fn) -> set:
+        """Names holding batch tensors (loader loop targets and values derived from them)."""
+        out = set()
+        for o in walk(fn.body):
+            if isinstance(o, LoopOp) and not o.is_while and o.target is not None:
+                it = strip_iter_wrappers(o.iter)
+                role = self.mm.resolver.of_expr(fn, it)[0]
+                if role == catalog.LOADER:
+                    out |= set(_target_names(o.target))
+            elif isinstance(o, AssignOp) and "batch" in o.value_facts:
+                for t in o.targets:
+                    out |= set(_target_names(t))
+        return out
+
+
+def _target_names(t) -> list:
+    if isinstance(t, (cst.Tuple, cst.List)):
+        out = []
+        for e in t.elements:
+            out.extend(_target_names(e.value))
+        return out
+    if isinstance(t, cst.StarredElement):
+        return _target_names(t.value)
+    d = dotted(t) if isinstance(t, (cst.Name, cst.Attribute)) else None
+    return [d] if d else []
+
+
+def _within(op, loop: LoopOp) -> bool:
+    lp = op.loop
+    while lp is not None:
+        if lp is loop:
+            return True
+        lp = lp.parent
+    return False
+
+
+def _dataset_arg(call: cst.Call):
+    for a in call.args:
+        if a.keyword is not None and a.keyword.value == "dataset":
+            return a.value
+    pos = [a for a in call.args if a.keyword is None and not a.star]
+    return pos[0].value if pos else None
+
+
+# ================================================================= forward devices
+_SHAPE_ATTRS = {"shape", "dtype", "device", "ndim", "is_cuda", "requires_grad", "layout"}
+_NON_TENSOR_METHODS = {"size", "dim", "numel", "item", "tolist", "numpy", "element_size", "stride",
+                       "is_contiguous", "data_ptr", "get_device", "nelement", "ndimension", "__len__"}
+_MOVING_METHODS = {"to", "cuda", "type_as", "to_dense"}
+_SAFE_WITH_CPU_ARG = {"to", "type_as", "new_tensor", "new_zeros", "new_ones", "new_full", "new_empty",
+                      "view", "reshape", "expand", "repeat", "size", "split", "chunk", "permute",
+                      "expand_as", "view_as", "reshape_as", "__getitem__", "index_put_", "flip", "roll",
+                      "transpose", "unflatten", "tile"}
+_FACTORIES = catalog.TENSOR_FACTORIES
+
+
+class _ForwardDevice:
+    """A small evaluation of ``forward``'s statements: which values are tensors derived from
+    the inputs (``"in"``), which are created on the CPU (a factory node) and where the two
+    meet."""
+
+    def __init__(self, res: Resources, fn):
+        self.res, self.mm, self.fn = res, res.mm, fn
+        self.env: dict = {}
+        self.hits: dict = {}
+        self.calls = {id(o.node): o for o in walk(fn.body) if isinstance(o, CallOp)}
+        self.tensor_params = []
+        defaults = fn.defaults
+        for p in fn.params:
+            if p.startswith("*") or p in ("self", "cls"):
+                continue
+            ann = fn.annotations.get(p)
+            a = (dotted(ann) or "") if ann is not None else ""
+            if a in ("int", "bool", "float", "str") or (ann is not None and "int" in
+                                                        self.mm.code_for(ann).replace("Tensor", "") and
+                                                        "Tensor" not in self.mm.code_for(ann)):
+                continue
+            dv = defaults.get(p)
+            if dv is not None and isinstance(dv, (cst.Integer, cst.Float, cst.SimpleString)) or \
+                    isinstance(dv, cst.Name) and dv.value in ("True", "False"):
+                continue
+            self.tensor_params.append(p)
+            self.env[p] = "in"
+        self.self_tensors = set()
+        cls = fn.cls
+        if cls is not None:
+            for path, ops in cls.attr_values.items():
+                for o in ops:
+                    v = o.value
+                    if isinstance(v, cst.Call) and self.mm.qualify(dotted(v.func)) in (
+                            "torch.nn.Parameter", "torch.nn.parameter.Parameter"):
+                        self.self_tensors.add(path)
+            for m in cls.methods.values():
+                for o in walk(m.body):
+                    if isinstance(o, CallOp) and o.attr == "register_buffer" and o.args:
+                        s = _string_value(o.args[0].value)
+                        if s:
+                            self.self_tensors.add("self." + s)
+
+    def run(self) -> list:
+        self._block(self.fn.body)
+        first = self.tensor_params[0] if self.tensor_params else None
+        return [(node, first) for node in self.hits.values()]
+
+    def _block(self, block) -> None:
+        for op in block:
+            if isinstance(op, AssignOp):
+                if op.value is None:
+                    continue
+                v = self.ev(op.value)
+                if op.aug is not None:
+                    t = self.ev(op.targets[0])
+                    self._meet(t, v)
+                    continue
+                for t in op.targets:
+                    self._bind(t, op.value, v)
+            elif isinstance(op, ReturnOp):
+                if op.value is not None:
+                    self.ev(op.value)
+            elif isinstance(op, CallOp):
+                stmt = op.stmt
+                if isinstance(stmt, cst.SimpleStatementLine) and any(
+                        isinstance(s, cst.Expr) and s.value is op.node for s in stmt.body):
+                    self.ev(op.node)
+            elif isinstance(op, LoopOp):
+                if op.target is not None:
+                    self._bind(op.target, None, None)
+                self._block(op.body)
+                self._block(op.orelse)
+            elif isinstance(op, BranchOp):
+                for arm in op.arms:
+                    self._block(arm)
+
+    def _bind(self, t, value, v) -> None:
+        if isinstance(t, (cst.Tuple, cst.List)):
+            elts = [e.value for e in t.elements]
+            if isinstance(value, (cst.Tuple, cst.List)) and len(value.elements) == len(elts):
+                for te, ve in zip(elts, value.elements):
+                    self._bind(te, ve.value, self.ev(ve.value))
+            else:
+                for te in elts:
+                    self._bind(te, None, v if v == "in" else None)
+            return
+        if isinstance(t, cst.StarredElement):
+            return self._bind(t.value, None, None)
+        d = dotted(t) if isinstance(t, (cst.Name, cst.Attribute)) else None
+        if d:
+            self.env[d] = v
+
+    def _meet(self, a, b):
+        """Combine two values; a CPU-created tensor meeting an input tensor is a hit."""
+        for x, y in ((a, b), (b, a)):
+            if isinstance(x, cst.Call) and y == "in":
+                self.hits.setdefault(id(x), x)
+                return "in"
+        if a == "in" or b == "in":
+            return "in"
+        if isinstance(a, cst.Call):
+            return a
+        if isinstance(b, cst.Call):
+            return b
+        return None
+
+    def ev(self, e):
+        tp = type(e)
+        if tp is cst.Name or tp is cst.Attribute:
+            d = dotted(e)
+            if d is not None and d in self.env:
+                return self.env[d]
+            if d in self.self_tensors:
+                return "in"
+            if tp is cst.Attribute:
+                if e.attr.value in _SHAPE_ATTRS:
+                    self.ev(e.value)
+                    return None
+                b = self.ev(e.value)
+                return b if e.attr.value in ("T", "mT", "real", "imag", "data") else None
+            return None
+        if tp is cst.Call:
+            return self._call(e)
+        if tp is cst.BinaryOperation:
+            return self._meet(self.ev(e.left), self.ev(e.right))
+        if tp is cst.Comparison:
+            r = self.ev(e.left)
+            for c in e.comparisons:
+                r = self._meet(r, self.ev(c.comparator))
+            return r
+        if tp is cst.UnaryOperation:
+            return self.ev(e.expression)
+        if tp is cst.Subscript:
+            b = self.ev(e.value)
+            for el in e.slice:
+                if isinstance(el.slice, cst.Index):
+                    self.ev(el.slice.value)
+            return b
+        if tp is cst.IfExp:
+            self.ev(e.test)
+            x, y = self.ev(e.body), self.ev(e.orelse)
+            return "in" if "in" in (x, y) else (x if isinstance(x, cst.Call) else y)
+        if tp in (cst.Tuple, cst.List):
+            vals = [self.ev(el.value) for el in e.elements]
+            return ("seq", vals)
+        return None
+
+    def _args(self, call) -> list:
+        out = []
+        for a in call.args:
+            v = self.ev(a.value)
+            if isinstance(v, tuple) and v and v[0] == "seq":
+                out.extend(v[1])
+            else:
+                out.append(v)
+        return out
+
+    def _call(self, e: cst.Call):
+        op = self.calls.get(id(e))
+        q = op.qual if op is not None else self.mm.qualify(dotted(e.func))
+        if q in _FACTORIES:
+            self._args(e)
+            if any(a.keyword is not None and a.keyword.value == "device" for a in e.args):
+                return "in"
+            if q == "torch.tensor" and e.args and not isinstance(
+                    e.args[0].value, (cst.List, cst.Tuple, cst.ListComp, cst.Name, cst.Attribute, cst.Call)):
+                return None  # a 0-dim tensor: fine next to CUDA tensors
+            if q == "torch.tensor" and e.args and isinstance(e.args[0].value, (cst.Name, cst.Attribute, cst.Call)):
+                return None  # torch.tensor(value): shape unknown, often a scalar
+            return e
+        if isinstance(e.func, cst.Attribute):
+            m = e.func.attr.value
+            recv = self.ev(e.func.value)
+            args = self._args(e)
+            if m in _MOVING_METHODS:
+                return "in" if recv is not None else None
+            if m in _NON_TENSOR_METHODS or m == "cpu":
+                return None
+            if op is not None and op.kind == FORWARD:
+                for a in args:
+                    self._meet(a, "in")
+                return "in"
+            if isinstance(recv, cst.Call):
+                if m in _SAFE_WITH_CPU_ARG:
+                    return recv
+                r = recv
+                for a in args:
+                    r = self._meet(r, a)
+                return r
+            if recv == "in":
+                if m not in _SAFE_WITH_CPU_ARG:
+                    for a in args:
+                        self._meet("in", a)
+                return "in"
+            if q and q.startswith("torch.") or (dotted(e.func) or "").startswith(("F.", "torch.")):
+                return self._combine(args)
+            return None
+        if op is not None and op.kind == FORWARD:
+            args = self._args(e)
+            for a in args:
+                self._meet(a, "in")
+            return "in"
+        args = self._args(e)
+        if q and (q.startswith("torch.") and not q.startswith("torch.nn.init")):
+            return self._combine(args)
+        return None
+
+    def _combine(self, args):
+        r = None
+        for a in args:
+            if a is None or isinstance(a, tuple):
+                continue
+            r = a if r is None else self._meet(r, a)
+        return r
+
+
+def get(mm) -> Resources:
+    r = getattr(mm, "_resources", None)
+    if r is None:
+        r = Resources(mm)
+        mm._resources = r
+    return r
