@@ -159,14 +159,20 @@ def forward(self, x):
                 yield Report(r.node, msg, scope=fn.qualname)
 
 
-def _trains(mm, fn) -> bool:
-    """``fn`` runs backward or steps an optimizer (directly or through helpers)."""
+def _in_training_loop(mm, op) -> bool:
+    """``op`` runs inside a loop whose iterations run backward or step an optimizer (directly
+    or through helpers): between one graph and the next."""
     cache = mm.__dict__.setdefault("_tl3_cache", {})
-    key = ("trains", id(fn))
-    if key not in cache:
-        cache[key] = any(isinstance(o, CallOp) and (is_kind(mm, o, BACKWARD) or is_kind(mm, o, STEP))
-                         for o in walk(fn.body))
-    return cache[key]
+    lp = op.loop
+    while lp is not None:
+        key = ("trains", id(lp))
+        if key not in cache:
+            cache[key] = any(isinstance(o, CallOp) and (is_kind(mm, o, BACKWARD) or is_kind(mm, o, STEP))
+                             for o in walk(lp.body))
+        if cache[key]:
+            return True
+        lp = lp.parent
+    return False
 
 
 @register
@@ -184,7 +190,7 @@ class DataAttribute(Rule):
         "`with torch.no_grad():` for in-place updates are the supported spellings.\n\n"
         "Reported: `.data` read or written on a tensor produced by the model or derived from "
         "it (outside `no_grad`); `.data` writes on parameters in training code (a function that "
-        "runs `backward()` or `optimizer.step()`); `p.data = t` in `__init__` and training code. "
+        "runs `backward()` or `optimizer.step()` in the same loop); `p.data = t` in `__init__` and in training loops. "
         "Not reported: `.data` under `no_grad`, reads of parameters, in-place initialisation "
         "(`m.weight.data.normal_()` in `__init__`/`init_weights`), model surgery helpers "
         "(re-parameterisation, freezing), and `p.grad.data` (see the option)."
@@ -247,11 +253,11 @@ target = online(x2).detach()
                 if "param" not in f or not d.write:
                     continue
                 init = fn.name == "__init__" or bool(_INIT_NAME.search(fn.name))
-                if d.assign and (fn.name == "__init__" or _trains(mm, fn)):
+                if d.assign and (fn.name == "__init__" or _in_training_loop(mm, d.op)):
                     yield Report(d.node, "assigning `.data` swaps the parameter's tensor without shape, "
                                  "dtype or device checks and behind autograd's back; use "
                                  "`with torch.no_grad(): param.copy_(value)`", scope=fn.qualname)
-                elif not init and _trains(mm, fn):
+                elif not init and _in_training_loop(mm, d.op):
                     yield Report(d.node, "in-place update of a parameter through `.data` in the training "
                                  "loop bypasses autograd's checks; do it under `with torch.no_grad():`",
                                  scope=fn.qualname)

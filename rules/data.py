@@ -5,7 +5,7 @@ import libcst as cst
 
 from torchlint.model import resources
 from torchlint.model.binder import dotted
-from torchlint.model.ir import AssignOp, CallOp, LoopOp, walk
+from torchlint.model.ir import AssignOp, LoopOp, walk
 from torchlint.rule import Report, Rule
 
 from . import register
@@ -118,7 +118,7 @@ train_loader = DataLoader(train_set, batch_size=64, shuffle=True)
     def check(self, mm):
         res = resources.get(mm)
         for info in res.loader_constructions():
-            if info.unknown or info.sampler or info.iterable:
+            if info.unknown or info.sampler or info.iterable or info.full_batch:
                 continue
             if info.shuffle is True or (info.shuffle is None and info.shuffle_arg is not None):
                 continue

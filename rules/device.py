@@ -4,8 +4,7 @@ from __future__ import annotations
 import libcst as cst
 
 from torchlint.model import catalog, resources
-from torchlint.model.binder import dotted
-from torchlint.model.ir import FORWARD, LOSS, CallOp, LoopOp, walk
+from torchlint.model.ir import FORWARD, LOSS, CallOp, walk
 from torchlint.model.queries import analysable_functions
 from torchlint.rule import Report, Rule
 
@@ -94,13 +93,16 @@ for x, y in loader:
             for o in ops:
                 if o.kind == FORWARD and o.target not in fwd_moves:
                     fwd_moves[o.target] = res.model_move(fn, o.target)
+            reported = set()  # loops already reported: one unmoved batch, one finding
             for op in ops:
+                if id(op.loop) in reported:
+                    continue
                 bad = _unmoved_args(op)
                 if not bad:
                     continue
                 if op.kind == FORWARD:
                     mv = fwd_moves.get(op.target)
-                    if mv is None or mv.dp:
+                    if mv is None or mv.dp or res.forward_moves_inputs(fn, op):
                         continue
                     model = op.target
                 else:
@@ -134,6 +136,7 @@ for x, y in loader:
                 else:
                     msg = (f"`{name}` comes from the loader on the CPU but reaches {target} {moved} "
                            f"(`{moved_with}` at {where}); move it with `.to(device)`")
+                reported.add(id(op.loop))
                 yield Report(op.node, msg, fix=_fix_601(fn, a, mv, model), scope=fn.qualname)
 
 

@@ -14,8 +14,15 @@ from torchlint.rule import Report, Rule
 from . import register
 
 
+def _functions(mm):
+    """Training and evaluation code: not nn.Module internals, not unit tests."""
+    from torchlint.model.roles import is_test_function
+
+    return [fn for fn in analysable_functions(mm) if not is_test_function(mm, fn)]
+
+
 def _steps(mm, in_loops_only=True):
-    for fn in analysable_functions(mm):
+    for fn in _functions(mm):
         for op in walk(fn.body):
             if isinstance(op, CallOp) and op.kind == STEP and (op.loop is not None or not in_loops_only):
                 yield fn, op
@@ -67,7 +74,9 @@ for x, y in loader:
             later = next((o for o in seq[i + 1:] if is_kind(mm, o, BACKWARD)), None)
             if later is not None:
                 where = "this iteration" if op.loop is not None else f"`{fn.name}()`"
-                yield Report(op.node, f"`{_src(op)}` runs before the `backward()` at line {_line(mm, later)} "
+                via = mm.describe_call(later)  # the backward runs in a helper: name it
+                bwd = f"the `backward()` in {via}, called at line" if via else "the `backward()` at line"
+                yield Report(op.node, f"`{_src(op)}` runs before {bwd} {_line(mm, later)} "
                              f"in {where}, so it applies the previous batch's gradients", scope=fn.qualname)
 
 
@@ -141,7 +150,9 @@ for i, (x, y) in enumerate(loader):
                 if clears(mm, c) and getattr(c, "loop", None) is loop and not guards_inside(c, loop) \
                         and clear_covers(mm, fn, c, op, True, n_opts) and id(c) not in reported:
                     reported.add(id(c))
-                    yield Report(c.node, "gradients are cleared every iteration but "
+                    via = mm.describe_call(c)  # the clear runs in a helper: name it
+                    yield Report(c.node, (f"{via} clears gradients every iteration but " if via else
+                                          "gradients are cleared every iteration but ") +
                                  f"`{_src(op)}` runs only under the accumulation condition at line "
                                  f"{mm.line_of(acc.node)}, so gradients never accumulate; clear them after "
                                  "the step instead", fix=_move_clear(fn, c, op, after=True), scope=fn.qualname)
@@ -208,8 +219,11 @@ for x, y in loader:
         for fn, op in _steps(mm):
             loop = op.loop
             seq = iteration(mm, fn, loop.body)
-            if not any(is_kind(mm, o, BACKWARD) for o in seq):
+            bwds = [o for o in seq if is_kind(mm, o, BACKWARD)]
+            if not bwds:
                 continue
+            if all(o.kind == BACKWARD and o.info == catalog.DIST_AUTOGRAD for o in bwds):
+                continue  # distributed autograd keeps gradients per context: nothing to clear
             stepped = frozenset(norm_path(o.target) for o in seq
                                 if isinstance(o, CallOp) and o.kind == STEP and o.target)
             all_clears = [o for o in seq if clears(mm, o)]
@@ -274,7 +288,7 @@ for x, y in loader:
 
     def check(self, mm):
         reported = set()
-        for fn in analysable_functions(mm):
+        for fn in _functions(mm):
             if mm.is_lightning(fn):
                 continue
             whole = iteration(mm, fn, fn.body)
@@ -363,7 +377,7 @@ for epoch in range(epochs):
 
     def check(self, mm):
         reported = set()
-        for fn in analysable_functions(mm):
+        for fn in _functions(mm):
             for op in walk(fn.body):
                 if not (isinstance(op, CallOp) and op.loop is not None):
                     continue

@@ -170,6 +170,8 @@ for x, y in loader:
     fix_safety = "unsafe"
     fix_doc = ("Appends `.detach()` to the stored value. Unsafe: code that later differentiates "
                "through the stored outputs would silently get no gradients.")
+    references = ("https://pytorch.org/docs/stable/notes/faq.html#my-model-reports-cuda-runtime-error-2-out-of-memory",
+                  "https://pytorch.org/docs/stable/generated/torch.Tensor.detach.html")
     triggers = (b"backward",)
 
     def check(self, mm):

@@ -3,14 +3,22 @@ from __future__ import annotations
 
 from torchlint.findings import Related
 from torchlint.model.flow import ENTRY, norm_path
-from torchlint.model.ir import BACKWARD, CALL, FORWARD, GRAD_OFF, GRAD_ON, STEP, LoopOp, CallOp, walk
+from torchlint.model.ir import BACKWARD, CALL, FORWARD, GRAD_OFF, GRAD_ON, GRAD_UNKNOWN, STEP, LoopOp, CallOp, walk
 from torchlint.model.queries import (
-    analysable_functions, is_kind, iteration, steps_or_updates, trains, uses_autograd, within,
+    analysable_functions, is_kind, iteration, local_function, steps_or_updates, trains, uses_autograd,
+    within,
 )
 from torchlint.model.roles import is_eval_name
 from torchlint.rule import Report, Rule
 
 from . import register
+
+
+def _functions(mm):
+    """Training and evaluation code: not nn.Module internals, not unit tests."""
+    from torchlint.model.roles import is_test_function
+
+    return [fn for fn in analysable_functions(mm) if not is_test_function(mm, fn)]
 
 
 def _origin_text(mm, origin) -> str:
@@ -97,7 +105,8 @@ def evaluate(model, loader):
     triggers = (b"no_grad", b"inference_mode", b"eval", b"valid", b"test", b"set_grad_enabled")
 
     def check(self, mm):
-        for fn in analysable_functions(mm):
+        reported = set()
+        for fn in _functions(mm):
             flow = mm.flow(fn)
             seen = set()
             for op in walk(fn.body):
@@ -113,8 +122,11 @@ def evaluate(model, loader):
                         continue
                     modes = flow.at.get(id(op), frozenset())
                     train = [o for m, o in modes if m == "train"]
-                    if train:
+                    if (train or any(m == ENTRY for m, _ in modes)) and not mm.resolver.mode_sensitive(fn, t):
+                        continue  # no dropout/batch norm: train and eval mode compute the same
+                    if train and id(op.node) not in reported:
                         seen.add(t)
+                        reported.add(id(op.node))
                         yield Report(op.node, f"`{op.target}` runs in evaluation code but may still be in "
                                      f"train mode ({_origin_text(mm, train[0])}); call "
                                      f"`{t}.eval()` first", fix=_insert_eval(fn, op, t), scope=fn.qualname)
@@ -129,8 +141,21 @@ def evaluate(model, loader):
                     at = flow.at_args.get(id(op), {})
                     for key, path in paths.items():
                         train = [o for m, o in at.get(key, ()) if m == "train"]
-                        if train and norm_path(path) not in seen:
+                        if train and norm_path(path) not in seen and mm.resolver.mode_sensitive(fn, path):
                             seen.add(norm_path(path))
+                            helper = local_function(op.info)
+                            fwd = _first_eval_forward(helper, key) if helper is not None else None
+                            if fwd is not None:
+                                # anchor at the evaluation forward in the helper of this module
+                                if id(fwd.node) in reported:
+                                    continue
+                                reported.add(id(fwd.node))
+                                yield Report(fwd.node, f"`{fwd.target}` runs in evaluation code "
+                                             f"(`{helper.name}()`) without `{norm_path(fwd.target)}.eval()`, and "
+                                             f"the call at line {mm.line_of(op.node)} passes `{path}` while it may "
+                                             f"still be in train mode ({_origin_text(mm, train[0])})",
+                                             fix=_insert_eval(helper, fwd, norm_path(fwd.target)), scope=helper.qualname)
+                                continue
                             yield Report(op.node, f"`{s['name']}()` ({s['path']}:{s['line']}) evaluates "
                                          f"`{path}` without switching it to eval mode, and here it may "
                                          f"still be in train mode ({_origin_text(mm, train[0])})",
@@ -144,6 +169,16 @@ def evaluate(model, loader):
         q = f"{mm.module_name}.{fn.qualname}"
         mm.external_queries.add("called:" + q)
         return q in mm.project.called if hasattr(mm.project, "called") else False
+
+
+def _first_eval_forward(fn, key: str):
+    """The first forward of ``key`` (a parameter or ``self`` attribute of ``fn``) that runs in
+    the mode the caller gave (no ``eval()`` before it in ``fn``)."""
+    flow = None
+    for op in walk(fn.body):
+        if isinstance(op, CallOp) and op.kind == FORWARD and op.target and norm_path(op.target) == key:
+            return op
+    return None
 
 
 def _insert_eval(fn, op, target):
@@ -184,19 +219,21 @@ for epoch in range(epochs):
     triggers = (b"eval",)
 
     def check(self, mm):
-        for fn in analysable_functions(mm):
+        for fn in _functions(mm):
             flow = mm.flow(fn)
             seen = set()
             for op in walk(fn.body):
                 if not isinstance(op, CallOp):
                     continue
-                if op.kind == FORWARD and op.target and op.grad != GRAD_OFF and _in_update_loop(mm, fn, op):
+                if op.kind == FORWARD and op.target and op.grad not in (GRAD_OFF, GRAD_UNKNOWN) \
+                        and _in_update_loop(mm, fn, op):
+                    # under set_grad_enabled(phase == "train") one loop serves both phases
                     t = norm_path(op.target)
                     if mm.resolver.frozen(fn, t):
                         continue  # a frozen feature extractor is meant to stay in eval mode
                     modes = flow.at.get(id(op), frozenset())
                     ev = [o for m, o in modes if m == "eval"]
-                    if ev and t not in seen:
+                    if ev and t not in seen and mm.resolver.mode_sensitive(fn, t):
                         seen.add(t)
                         yield Report(op.node, f"`{op.target}` is trained here but may be in eval mode: "
                                      f"{_origin_text(mm, ev[0])} switches it to eval mode and nothing "
@@ -211,7 +248,8 @@ for epoch in range(epochs):
                     at = flow.at_args.get(id(op), {})
                     for key, path in paths.items():
                         ev = [o for m, o in at.get(key, ()) if m == "eval"]
-                        if ev and norm_path(path) not in seen:
+                        if ev and norm_path(path) not in seen and mm.resolver.mode_sensitive(fn, path) \
+                                and not mm.resolver.frozen(fn, path):
                             seen.add(norm_path(path))
                             yield Report(op.node, f"`{s['name']}()` trains `{path}` in the mode it is given, "
                                          f"and {_origin_text(mm, ev[0])} switches it to eval mode and nothing "
@@ -290,7 +328,7 @@ with torch.no_grad():
     triggers = (b"eval", b"valid", b"test")
 
     def check(self, mm):
-        for fn in analysable_functions(mm):
+        for fn in _functions(mm):
             if fn.decorator_grad == GRAD_OFF:
                 continue
             flow = mm.flow(fn)
@@ -388,7 +426,8 @@ def train_step(model, x, y, optimizer):
                                  "so there is nothing to differentiate", scope=fn.qualname)
                 elif op.kind == CALL and op.grad == GRAD_OFF:
                     s = mm.summary_of(op.info)
-                    if s and s.get("backward") and s.get("grad") != GRAD_ON and s.get("trains_direct", True):
+                    if s and s.get("backward") and s.get("grad") != GRAD_ON \
+                            and s.get("backward_inherits_grad", True):
                         yield Report(op.node, f"`{s['name']}()` ({s['path']}:{s['line']}) runs `backward()` "
                                      "but is called inside a `no_grad`/`inference_mode` block",
                                      related=(Related(s["path"], s["line"], f"`{s['name']}()` is defined here"),),

@@ -51,7 +51,7 @@ class FileResult:
             "summaries": self.summaries, "classes": self.classes, "queries": self.queries,
             "called": self.called, "error": self.error, "internal_error": self.internal_error,
             "answers": self.answers, "reexports": self.reexports, "stars": self.stars,
-            "module": self.module,
+            "module": self.module, "parsed": self.parsed,
         }
 
     @classmethod
@@ -63,6 +63,7 @@ class FileResult:
         r.answers = d.get("answers", "")
         r.reexports, r.stars = d.get("reexports", {}), d.get("stars", [])
         r.module = d.get("module", "")
+        r.parsed = bool(d.get("parsed", True))
         return r
 
 
@@ -320,6 +321,26 @@ def _merge(project: ProjectIndex, results) -> None:
     project.called_under_no_grad = {q for q, offs in counts.items() if offs and all(offs)}
 
 
+def _queried_unparsed(project: ProjectIndex, files, results) -> list:
+    """Indices of files not parsed (prefiltered) whose module another file asked about."""
+    unparsed = {project.key_of_path.get(os.path.abspath(files[i])): i for i, r in enumerate(results)
+                if r is not None and not r.parsed and not r.error and files[i].endswith((".py", ".pyi"))}
+    unparsed.pop(None, None)
+    if not unparsed:
+        return []
+    out = set()
+    for r in results:
+        for q in r.queries if r is not None else ():
+            q = q.split(":", 1)[1] if q.startswith(("called:", "class:")) else q
+            parts = project.resolve(q).split(".")
+            for n in range(len(parts) - 1, 0, -1):
+                i = unparsed.get(".".join(parts[:n]))
+                if i is not None:
+                    out.add(i)
+                    break
+    return sorted(out)
+
+
 def run(files, opts: LintOptions, jobs: int = 1, cache=None) -> list:
     """Lint ``files``; returns FileResults in the order of ``files``."""
     project = ProjectIndex.for_files(files)
@@ -340,8 +361,22 @@ def run(files, opts: LintOptions, jobs: int = 1, cache=None) -> list:
         r.answers = _answers(empty, r.queries)
         results[i] = r
     # later passes: re-lint the files whose cross-module answers changed
+    full_opts = None
     for _ in range(3):
         _merge(project, results)
+        # a module other modules ask about but the prefilter skipped (a helper with no
+        # trigger words, e.g. one that only unpacks batches) is linted in full for its exports
+        skipped = [i for i in _queried_unparsed(project, files, results)]
+        if skipped:
+            if full_opts is None:
+                from dataclasses import replace
+
+                full_opts = replace(opts, prefilter=False)
+            for i, r in zip(skipped, _map([(files[i], full_opts, project) for i in skipped], jobs)):
+                r.answers = _answers(project, r.queries)
+                r.parsed = True  # do not ask again, even if it still exports nothing
+                results[i] = r
+            _merge(project, results)
         again = [i for i, r in enumerate(results) if r.queries and _answers(project, r.queries) != r.answers]
         if not again:
             break

@@ -41,7 +41,7 @@ from .suppress import _CODE, _NOQA
 
 log = logging.getLogger("torchlint.lsp")
 
-DEBOUNCE_S = 0.3
+DEBOUNCE_S = float(os.environ.get("TORCHLINT_LSP_DEBOUNCE_MS", "300")) / 1000.0
 FIX_ALL_KIND = "source.fixAll.torchlint"
 MAX_WORKSPACE_FILES = 5000
 CONFIG_NAMES = ("pyproject.toml", "torchlint.toml", ".torchlint.toml")

@@ -20,6 +20,8 @@ from .plan import PROBED, Source, harness_spec, scope_of
 __all__ = ["confirm_findings", "observe", "PROBED"]
 
 CONCLUSIVE = ("ok", "stopped", "exit")
+# codes whose cause is the function's own control flow: a harness run can refute them
+HARNESS_REFUTES = {"TL101", "TL102", "TL103", "TL104", "TL105", "TL204", "TL501", "TL502"}
 
 _REFUTE = {
     "TL101": "every optimizer step had gradients from a backward() that ran before it",
@@ -96,6 +98,10 @@ def _status_reason(jr, line: int, timeout: float) -> str:
     return f"the run finished without executing line {line}"
 
 
+def _when(step) -> str:
+    return f"step {step}" if step else "before the first training step"
+
+
 def _judge(f, path: str, lines: list, jr, timeout: float, src: Source) -> dict:
     code, line = f.code, f.line
     head = f"{code} line {line}: "
@@ -128,7 +134,7 @@ def _judge(f, path: str, lines: list, jr, timeout: float, src: Source) -> dict:
             if bad:
                 x = bad[0]
                 return _dynamic("confirmed", head + (
-                    f"step {x['step']}: the forward of {x['module']} at line {x['sites'][0][1]} ran in evaluation "
+                    f"{_when(x['step'])}: the forward of {x['module']} at line {x['sites'][0][1]} ran in evaluation "
                     f"code with model.training=True (grad mode {'on' if x['grad'] else 'off'}): {x['active']} "
                     f"Dropout/BatchNorm layer(s) were in training mode, so dropout was active and batch-norm "
                     f"statistics were updated"))
@@ -141,18 +147,27 @@ def _judge(f, path: str, lines: list, jr, timeout: float, src: Source) -> dict:
             if bad:
                 x = bad[0]
                 return _dynamic("confirmed", head + (
-                    f"step {x['step']}: the training forward of {x['module']} at line {x['sites'][0][1]} ran with "
+                    f"{_when(x['step'])}: the training forward of {x['module']} at line {x['sites'][0][1]} ran with "
                     f"model.training=False: dropout and batch norm were in evaluation mode while training"))
-            if mine:
-                return _dynamic("refuted", head + "every training forward under this line ran with "
-                                                  "model.training=True")
+            summ = next((x for x in facts if x.get("t") == "fwdsum"), None)
+            if mine and summ is not None:
+                first_eval = summ.get("first_eval")
+                last_train = max((x["train"][1] for x in summ["sites"] if x.get("train")
+                                  and _site_hit(x["sites"], path, lineset)), default=None)
+                if first_eval is None or last_train is None or last_train <= first_eval:
+                    return _dynamic("not-reached", head + (
+                        "every training forward under this line ran with model.training=True, but no "
+                        "evaluation-mode forward ran before a later training step within the run's cap"))
+                return _dynamic("refuted", head + (
+                    f"the training forwards under this line ran with model.training=True up to step {last_train}, "
+                    f"after an evaluation-mode forward at step {first_eval}"))
         else:
             mine = [x for x in fwd if x["sites"] and x["sites"][0][0] == path and x["sites"][0][1] in lineset]
             bad = [x for x in mine if x["grad"] and not x["training"]]
             if bad:
                 x = bad[0]
                 return _dynamic("confirmed", head + (
-                    f"step {x['step']}: the evaluation forward of {x['module']} at line {x['sites'][0][1]} ran with "
+                    f"{_when(x['step'])}: the evaluation forward of {x['module']} at line {x['sites'][0][1]} ran with "
                     f"grad mode on: an autograd graph was built for a forward that never runs backward"))
             if mine and all(not x["grad"] for x in mine):
                 return _dynamic("refuted", head + "every forward in this loop ran with grad mode off")
@@ -338,6 +353,11 @@ def _apply(items, assign, out, timeout):
             continue
         f.dynamic = _judge(f, path, lines, jr, timeout, Source.of(path))
         kind = next((x for x in jr.facts if x.get("t") == "start"), {}).get("kind")
+        if kind == "harness" and f.dynamic["verdict"] == "refuted" and f.code not in HARNESS_REFUTES:
+            # the stand-ins replace the user's model and data, where this bug may live
+            f.dynamic = _dynamic("not-reached", f.dynamic["evidence"].replace(
+                f"line {f.line} ran", f"with stand-ins for the model and data, line {f.line} ran", 1)
+                + "; the cause may be in the model or data the harness replaces")
         if kind == "harness" and f.dynamic["verdict"] != "confirmed":
             call = next((x.get("call") for x in reversed(jr.facts) if x.get("t") == "harness"), None)
             if call:

@@ -32,7 +32,8 @@ def _user_tb(exc, probes):
 def _env(cfg, emit):
     import torch
 
-    info = {"torch": torch.__version__, "cuda": torch.cuda.is_available(), "pid": os.getpid()}
+    info = {"torch": torch.__version__, "cuda": torch.cuda.is_available(), "pid": os.getpid(),
+            "startup_cpu": round(time.process_time(), 3)}
     dev = cfg.get("device", "cpu")
     if dev.startswith("cuda"):
         if not torch.cuda.is_available():
@@ -73,6 +74,7 @@ def run_job(job, cfg, results):
     saved_mods = set(sys.modules)
     status, detail = "ok", {}
     t0 = time.perf_counter()
+    c0 = time.process_time()
     probes.start_tracing()
     try:
         if job.get("cwd"):
@@ -111,7 +113,8 @@ def run_job(job, cfg, results):
             probes.finish(status)
         except Exception as exc:  # a probe bug must not lose the run
             emit("probe-error", message=f"{type(exc).__name__}: {exc}", tb=traceback.format_exc()[-2000:])
-        emit("end", status=status, seconds=round(time.perf_counter() - t0, 3), **detail)
+        emit("end", status=status, seconds=round(time.perf_counter() - t0, 3),
+             cpu=round(time.process_time() - c0, 3), **detail)
         sys.argv[:] = saved_argv
         sys.path[:] = saved_path
         try:

@@ -24,8 +24,9 @@ C = 4  # classes
 class StandInModel(nn.Module):
     """A small model with dropout and batch norm; its output fits the loss used."""
 
-    def __init__(self, out_shape, outputs=1):
+    def __init__(self, out_shape, outputs=1, loss="cross_entropy"):
         super().__init__()
+        self.loss = loss
         self.outputs = max(1, int(outputs))
         self.aux = nn.Linear(16, 1)
         self.emb = nn.Embedding(64, D)
@@ -52,6 +53,10 @@ class StandInModel(nn.Module):
         y = self.head(h)
         if self.out_shape == "flat":
             y = y.squeeze(1)
+        if self.loss == "nll":  # output that fits the loss: log-probabilities for NLLLoss
+            y = torch.log_softmax(y, dim=1)
+        elif self.loss == "bce":  # probabilities for BCELoss
+            y = torch.sigmoid(y)
         if self.outputs > 1:  # extra outputs: one regression value per sample each
             return (y,) + tuple(self.aux(h).squeeze(1) for _ in range(self.outputs - 1))
         return y
@@ -191,7 +196,7 @@ def run(job: dict, device: str, steps: int, probes, emit) -> str:
     for vi, variant in enumerate(variants):
         probes.suspended += 1
         try:
-            model = StandInModel("classes" if variant == "classes" else variant, job.get("outputs", 1)).to(dev)
+            model = StandInModel("classes" if variant == "classes" else variant, job.get("outputs", 1), loss).to(dev)
             tokens = bool(job.get("tokens"))
             loader = make_loader(job.get("batch") or {}, loss, variant, steps, tokens)
             val_loader = make_loader(job.get("batch") or {}, loss, variant, steps, tokens)

@@ -125,7 +125,7 @@ class _Opt:
     __slots__ = ("ref", "name", "steps", "touched", "ever_touched", "bw_since_step", "state", "stale",
                  "cleared_between", "last_clear", "nonzero_after_bw", "first_step_before_bw",
                  "pending101", "first_bw_site", "bw_count", "norm_after_bw", "step_site", "last_bw_site",
-                 "prev_steps_site")
+                 "prev_steps_site", "window", "wiped")
 
     def __init__(self, opt):
         self.ref = weakref.ref(opt)
@@ -146,6 +146,8 @@ class _Opt:
         self.norm_after_bw = 0.0
         self.step_site = None
         self.last_bw_site = None
+        self.window = []  # lines of the backward() calls since the step (or the last clear)
+        self.wiped = set()  # lines of backward() calls whose gradients a clear wiped before the step
 
 
 class Probes(TorchFunctionMode):
@@ -158,8 +160,8 @@ class Probes(TorchFunctionMode):
         self.device = cfg.get("device", "cpu")
         self.user_files = {os.path.abspath(p) for p in cfg.get("user_files", ())}
         self.targets = {os.path.abspath(k): set(v) for k, v in (cfg.get("targets") or {}).items()}
-        self.max_backward = 8 * self.steps + 4
-        self.max_steps = 3 * self.steps + 2
+        self.max_backward = 16 * max(3, self.steps) + 4
+        self.max_steps = 5 * max(3, self.steps)
         self.max_forward = 200 * self.steps
         self._fn_cache: dict = {}
         self.reset()
@@ -174,6 +176,8 @@ class Probes(TorchFunctionMode):
         self.in_backward = False
         self.in_scaler = None
         self.fwd_seen: set = set()
+        self.fwd_sum: dict = {}
+        self.first_eval = None
         self.inplace_log: list = []
         self.unmoved: dict = {}
         self.moved: dict = {}
@@ -364,7 +368,7 @@ class Probes(TorchFunctionMode):
                          f"step {k}: gradients were cleared {cl}after backward() (gradient norm "
                          f"{_fmt(st.norm_after_bw)}) and before {what} at line {line}: the step applied "
                          f"all-zero gradients")
-        elif st.bw_since_step >= 2 and st.cleared_between:
+        elif st.bw_since_step >= 2 and st.cleared_between and st.wiped & set(st.window):
             clear = st.cleared_between
             self.obs("TL102", clear + sites,
                      f"step {k}: {st.bw_since_step} backward() calls ran since the previous step but "
@@ -383,6 +387,8 @@ class Probes(TorchFunctionMode):
         st.bw_since_step = 0
         st.cleared_between = None
         st.stale = None
+        st.window = []
+        st.wiped = set()
         st.state = "stepped"
 
     def scaler_step(self, orig):
@@ -421,8 +427,11 @@ class Probes(TorchFunctionMode):
                 elif opt is not obj:
                     continue
                 st.last_clear = sites
-                if st.bw_since_step >= 1 and st.nonzero_after_bw and not st.cleared_between:
-                    st.cleared_between = sites
+                if st.bw_since_step >= 1 and st.nonzero_after_bw:
+                    st.wiped.update(st.window)
+                    st.window = []
+                    if not st.cleared_between:
+                        st.cleared_between = sites
                 st.nonzero_after_bw = False
             return r
         return zero_grad
@@ -479,8 +488,13 @@ class Probes(TorchFunctionMode):
                     st.stale = None
                 elif st.stale is None:
                     st.stale = (norm, st.steps)
-            if st.bw_since_step >= 1 and st.nonzero_after_bw and norm == 0.0 and not st.cleared_between:
-                st.cleared_between = st.last_clear or sites
+            if st.bw_since_step >= 1 and st.nonzero_after_bw and norm == 0.0:
+                st.wiped.update(st.window)
+                st.window = []
+                st.nonzero_after_bw = False
+                if not st.cleared_between:
+                    st.cleared_between = st.last_clear or [[f, ln, "?"] for f, ln in sorted(self.recent_lines)] \
+                        or sites
         sig = self.signature()
         try:
             r = orig(*args, **kwargs)
@@ -499,6 +513,7 @@ class Probes(TorchFunctionMode):
             st.bw_since_step += 1
             st.bw_count += 1
             st.last_bw_site = sites
+            st.window.append(tuple(sites[0][:2]) if sites else None)
             if st.first_bw_site is None:
                 st.first_bw_site = sites
             _, _, st.norm_after_bw = self.grad_state(opt)
@@ -518,7 +533,7 @@ class Probes(TorchFunctionMode):
         return r
 
     def _backward_error(self, exc, sites, k, grad_on, has_graph):
-        msg = str(exc).split("\n")[0]
+        msg = str(exc).split("\n")[0].split(" Hint:")[0]
         line = sites[0][1] if sites else "?"
         if "modified by an inplace operation" in msg:
             recent = [r for r in self.inplace_log if r["step"] == k - 1 or r["step"] == k]
@@ -557,7 +572,18 @@ class Probes(TorchFunctionMode):
             return
         training = bool(module.training)
         grad = torch.is_grad_enabled()
-        key = (tuple((s[0], s[1]) for s in sites), training, grad)
+        skey = tuple((s[0], s[1]) for s in sites)
+        step = self.backwards + (1 if grad else 0)
+        summ = self.fwd_sum.get(skey)
+        if summ is None and len(self.fwd_sum) < 400:
+            summ = self.fwd_sum[skey] = {"sites": sites, "module": type(module).__name__, "train": None,
+                                         "eval": None}
+        if summ is not None:
+            k2 = "train" if training else "eval"
+            summ[k2] = [summ[k2][0] if summ[k2] else step, step, grad]
+        if not training and self.first_eval is None:
+            self.first_eval = step
+        key = (skey, training, grad)
         if key not in self.fwd_seen and len(self.fwd_seen) < 400:
             self.fwd_seen.add(key)
             active = sum(1 for m in module.modules()
@@ -796,9 +822,18 @@ class Probes(TorchFunctionMode):
                              f"is a device mismatch")
             elif isinstance(out, torch.Tensor):
                 self._tag(self.deviceless, out, site)
-        if self.unmoved and isinstance(out, torch.Tensor) and any(self._is_unmoved(t) for t in ins) \
-                and name not in ("to", "cuda"):
-            self._tag(self.unmoved, out)
+        if self.unmoved and any(self._is_unmoved(t) for t in ins) and name not in ("to", "cuda"):
+            if self.depth > 0 and self.moved_modules and "TL601" in self.codes and any(
+                    not self._is_unmoved(t) and t.dim() > 0 for t in ins):
+                sites = self.sites()
+                t = next(t for t in ins if self._is_unmoved(t))
+                self.obs("TL601", sites, f"step {self.backwards + 1}: a batch tensor from the DataLoader (shape "
+                                         f"{list(t.shape)}) that never went through .to(device) met the model's "
+                                         f"tensors in {name} at line {sites[0][1] if sites else '?'}, while the model "
+                                         f"was moved with .to({next(iter(self.moved_modules.values()))}); on a GPU "
+                                         f"this is a device mismatch", key=("TL601-op", name))
+            if isinstance(out, torch.Tensor):
+                self._tag(self.unmoved, out)
 
     # ------------------------------------------------------------------ module / loader patches
     def module_to(self, orig, is_cuda):
@@ -841,13 +876,13 @@ class Probes(TorchFunctionMode):
 
         def __iter__(loader):
             it = orig(loader)
-            cap = 4 * probes.steps
+            cap = 8 * max(3, probes.steps)
             start = probes.opt_steps
 
             def gen():
                 n = 0
                 for batch in it:
-                    if not probes.suspended and (n >= cap or probes.opt_steps - start >= probes.steps):
+                    if not probes.suspended and (n >= cap or probes.opt_steps - start >= 2 * max(3, probes.steps)):
                         break
                     n += 1
                     probes.last_loader = loader
@@ -949,26 +984,32 @@ class Probes(TorchFunctionMode):
                 s.append((k, n, max((t.dim() for t in roots), default=0)))
 
     def graph_findings(self):
+        """Variables whose reachable autograd graph grew at least twice without shrinking."""
         out = []
         for (scope, name), s in self.series.items():
-            counts = [c for _, c, _ in s]
-            if len(counts) < 3:
+            best = None
+            run = [s[0]] if s else []
+            for prev, cur in zip(s, s[1:]):
+                if cur[1] >= prev[1]:
+                    run.append(cur)
+                else:
+                    run = [cur]
+                ups = sum(1 for a, b in zip(run, run[1:]) if b[1] > a[1])
+                if ups >= 2 and (best is None or len(run) > len(best)):
+                    best = list(run)
+            if best is None:
                 continue
-            tail = counts[-4:]
-            if all(b > a for a, b in zip(tail, tail[1:])) and tail[-1] >= 2 * max(tail[1], 1) - tail[0] \
-                    and tail[-1] > 0:
-                dims = s[-1][2]
-                mem = ""
-                if self.cuda_mem:
-                    mem = "; CUDA memory allocated after each backward: " + ", ".join(
-                        f"{m / 2**20:.2f} MiB" for m in self.cuda_mem[-len(tail):])
-                codes = ["TL501", "TL502"]
-                out.append(dict(codes=codes, names=[name], scope=list(scope),
-                                sites=[[scope[0], scope[1], scope[2]]],
-                                evidence=(f"steps {s[-len(tail)][0]}–{s[-1][0]}: `{name}` kept the autograd graph "
-                                          f"of every step: {' → '.join(str(c) for c in tail)} graph nodes "
-                                          f"reachable from it after each backward"
-                                          f"{' (tensors of ' + str(dims) + ' dims)' if dims else ''}{mem}")))
+            dims = best[-1][2]
+            mem = ""
+            if self.cuda_mem:
+                mem = "; CUDA memory allocated after each backward: " + ", ".join(
+                    f"{m / 2**20:.2f} MiB" for m in self.cuda_mem[:len(s)][best[0][0] - 1:best[-1][0]])
+            out.append(dict(codes=["TL501", "TL502"], names=[name], scope=list(scope),
+                            sites=[[scope[0], scope[1], scope[2]]],
+                            evidence=(f"steps {best[0][0]}–{best[-1][0]}: `{name}` kept the autograd graph of "
+                                      f"every step: {' → '.join(str(c) for _, c, _ in best)} graph nodes "
+                                      f"reachable from it after each backward"
+                                      f"{' (tensors of ' + str(dims) + ' dims)' if dims else ''}{mem}")))
         return out
 
     # ------------------------------------------------------------------ end of run
@@ -982,6 +1023,7 @@ class Probes(TorchFunctionMode):
                   cuda_mem=self.cuda_mem[-8:] if self.cuda_mem else None)
 
     def finish(self, status):
+        self.emit("fwdsum", first_eval=self.first_eval, sites=list(self.fwd_sum.values())[:400])
         for g in self.graph_findings():
             self.emit("obs", step=self.backwards, **g)
         for st in self.opts.values():

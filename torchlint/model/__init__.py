@@ -587,6 +587,37 @@ class ModuleModel:
             out = out | {"batch"}
         return frozenset(out)
 
+    def describe_call(self, op) -> Optional[str]:
+        """``"`evaluate()` (engine.py:41)"`` for a call of a function of the linted tree (for
+        messages that must say which function made the difference), else ``None``."""
+        if not isinstance(op, CallOp) or op.kind != CALL:
+            return None
+        s = self.summary_of(op.info)
+        if not s:
+            return None
+        return f"`{s['name']}()` ({s['path']}:{s['line']})"
+
+    def value_origin(self, fn: FunctionModel, expr) -> Optional[str]:
+        """The tree function whose return value ``expr`` is (``probs = predict(model, x)`` ...
+        ``criterion(probs, y)``), described as by :meth:`describe_call`; ``None`` otherwise."""
+        from .binder import dotted as _dotted
+
+        if isinstance(expr, cst.Call):
+            op = next((o for o in walk(fn.body) if isinstance(o, CallOp) and o.node is expr), None)
+            return self.describe_call(op)
+        name = _dotted(expr) if expr is not None else None
+        if not name:
+            return None
+        last = None
+        for o in walk(fn.body):
+            if isinstance(o, AssignOp) and o.aug is None and isinstance(o.value, cst.Call):
+                for t in o.targets:
+                    names = [_dotted(e.value) for e in t.elements] if isinstance(t, (cst.Tuple, cst.List)) \
+                        else [_dotted(t)]
+                    if name in names:
+                        last = o.value
+        return self.value_origin(fn, last) if last is not None else None
+
     def function_named(self, fn: FunctionModel, name: Optional[str]):
         """A function a name refers to from ``fn``: nested, module-level, or imported."""
         if not name:
@@ -689,6 +720,11 @@ class ModuleModel:
                         bases.append(ext)
             is_module = self.class_is_module(cls)
             facts = {"is_module": is_module, "bases": bases, "methods": sorted(cls.methods)}
+            if is_module:
+                try:  # does it behave differently in train and eval mode (dropout, batch norm)?
+                    facts["mode_sensitive"] = self.resolver.class_mode_sensitive(cls)
+                except RecursionError:
+                    facts["mode_sensitive"] = True
             if is_module:
                 try:
                     facts["forward"] = sorted(self.class_forward_facts(cls))

@@ -41,6 +41,8 @@ FUNCTIONAL_LOSSES = {
 
 OPTIMIZER_PREFIXES = ("torch.optim.", "apex.optimizers.", "bitsandbytes.optim.", "timm.optim.")
 OPTIMIZER_FACTORIES = {
+    "torch.distributed.optim.DistributedOptimizer",
+    "torch.distributed.optim.ZeroRedundancyOptimizer",
     "timm.optim.create_optimizer_v2",
     "timm.optim.create_optimizer",
     "transformers.AdamW",
@@ -143,6 +145,10 @@ def role_from_name(name: str) -> Optional[str]:
             return role
     return None
 
+
+# BACKWARD info for torch.distributed.autograd.backward(context_id, ...): gradients are kept
+# per autograd context, never accumulated in .grad, so nothing needs clearing
+DIST_AUTOGRAD = "dist_autograd"
 
 # callables that take an optimizer as first argument and step it
 OPTIMIZER_STEP_FUNCS = {"torch_xla.core.xla_model.optimizer_step"}

@@ -62,7 +62,8 @@ _VIEW_METHODS = {"view", "view_as", "reshape", "reshape_as", "squeeze", "unsquee
                  "swapdims", "diagonal", "as_strided", "__getitem__"}
 # in-place methods that do not change a tensor's values
 _NOT_INPLACE = {"requires_grad_", "share_memory_", "retain_grad", "register_hook", "record_stream",
-                "set_", "resize_", "rename_", "refine_names", "align_to", "zero_grad"}
+                "set_", "resize_", "rename_", "refine_names", "align_to", "zero_grad", "detach_",
+                "pin_memory_", "untyped_storage_"}
 _INPLACE_FUNCS = {"torch.relu_", "torch.sigmoid_", "torch.tanh_", "torch.exp_", "torch.clamp_",
                   "torch.clamp_min_", "torch.clamp_max_", "torch.nn.functional.relu_",
                   "torch.nn.functional.elu_", "torch.nn.functional.leaky_relu_",
@@ -242,6 +243,8 @@ class Dataflow:
         base = self.facts(it, env)
         if "batch" in base:
             return frozenset({"batch"})
+        if "params" in base:
+            return frozenset({"param"})
         return EMPTY
 
     def _bind(self, target, value, vf: frozenset, env: dict) -> None:
@@ -349,7 +352,9 @@ class Dataflow:
         q = op.qual if op is not None else None
         grad_off = op is not None and op.grad == GRAD_OFF
         out: frozenset
-        if op is not None and op.kind == FORWARD:
+        if _is_param_iter(e):
+            out = frozenset({"params"})
+        elif op is not None and op.kind == FORWARD:
             out = frozenset({"graph", "model_out"}) | self.mm.forward_output_facts(self.fn, op)
             ctor = constructor_qual(self.mm, self.fn, op.target)
             if ctor in _SAVES_OUT_MODULES:
@@ -884,10 +889,18 @@ def value_constructors(mm, fn, path, depth: int = 0) -> list:
 def model_output_facts(mm, fn, path) -> frozenset:
     """What calling the model at ``path`` returns: ``probs``/``logprobs``/``sigmoid`` when it
     ends in a softmax/log-softmax/sigmoid layer, ``logits`` when it ends in a linear layer."""
-    out = EMPTY
-    for f, call in value_constructors(mm, fn, path):
-        out = out | call_output_facts(mm, f, call)
-    return out
+    active = mm.__dict__.setdefault("_model_output_active", set())
+    key = (id(fn), path)
+    if key in active:  # model = DDP(model)
+        return EMPTY
+    active.add(key)
+    try:
+        out = EMPTY
+        for f, call in value_constructors(mm, fn, path):
+            out = out | call_output_facts(mm, f, call)
+        return out
+    finally:
+        active.discard(key)
 
 
 def call_output_facts(mm, fn, call, depth: int = 0) -> frozenset:

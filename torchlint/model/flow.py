@@ -97,12 +97,9 @@ class ModeFlow:
             if op.value is not None and op.aug is None and isinstance(op.value, cst.Call):
                 role = self.mm.resolver.of_expr(self.fn, op.value)[0]
                 if role == catalog.MODEL:
-                    inner = op.value
-                    # model = Net().to(device) is freshly built; model = model.to(device) keeps state
-                    base = inner
-                    while isinstance(base, cst.Call) and isinstance(base.func, cst.Attribute):
-                        base = base.func.value
-                    fresh = isinstance(base, cst.Call) or not isinstance(base, (cst.Name, cst.Attribute))
+                    # model = Net().to(device) is freshly built (train mode); model = model.to(device),
+                    # accelerator.prepare(model) and copy.deepcopy(model) keep the state
+                    fresh = _freshly_built(self.mm, op.value)
                     if fresh:
                         st = dict(st)
                         for t in op.targets:
@@ -114,13 +111,13 @@ class ModeFlow:
             cur = st
             for _ in range(4):
                 out = self._block(op.body, cur)
-                nxt = _join(cur, out)
+                nxt = _join_entry(cur, out, self)
                 if nxt == cur:
                     break
                 cur = nxt
             # record the states with the fixpoint input
             out = self._block(op.body, cur)
-            res = _join(st, out)
+            res = _join_entry(st, out, self)
             if op.orelse:
                 res = self._block(op.orelse, res)
             return res
@@ -130,9 +127,29 @@ class ModeFlow:
                 outs.append(st)
             res = outs[0]
             for o in outs[1:]:
-                res = _join(res, o)
+                res = _join_entry(res, o, self)
             return res
         return st
+
+
+def _freshly_built(mm, value) -> bool:
+    base = value
+    while isinstance(base, cst.Call) and isinstance(base.func, cst.Attribute) \
+            and base.func.attr.value in ("to", "cuda", "cpu", "half", "float", "double", "bfloat16", "train"):
+        base = base.func.value
+    if not isinstance(base, cst.Call):
+        return False
+    d = dotted(base.func)
+    if not d:
+        return False
+    q = mm.qualify(d) or ""
+    if catalog.role_of_constructor(q)[0] == catalog.MODEL:
+        return True  # nn.Linear(...), torchvision.models.resnet18(), timm.create_model(...)
+    cls = mm.find_class(d)
+    if cls is not None and mm.class_is_module(cls):
+        return True
+    ext = mm.external_class(d) if q and hasattr(mm, "external_class") else None
+    return bool(ext and ext.get("is_module"))
 
 
 def _join(a: State, b: State) -> State:
@@ -226,6 +243,10 @@ def summarize(mm, fn) -> dict:
         "trains_in_entry": sorted(trains_in_entry),
         "evals_in_entry": sorted(evals_in_entry),
         "backward": trains or any(s.get("backward") for s in sub),
+        # a backward that runs in whatever grad mode the caller set (not under enable_grad)
+        "backward_inherits_grad": any(op.grad is None for op in function_events(fn, (BACKWARD,)))
+        or any(op.grad is None and (mm.summary_of(op.info) or {}).get("backward_inherits_grad")
+               for op in calls),
         "step": bool(function_events(fn, (STEP,))) or any(s.get("step") for s in sub),
         "clear": bool(function_events(fn, (CLEAR,))) or mm.clears_by_assignment(fn)
         or any(s.get("clear") for s in sub),
@@ -235,7 +256,15 @@ def summarize(mm, fn) -> dict:
         "forward": bool(function_events(fn, (FORWARD,))) or any(s.get("forward") for s in sub),
         "moves": any(op.kind == "move" for op in walk(fn.body) if isinstance(op, CallOp))
         or any(s.get("moves") for s in sub),
+        # loader parameters it iterates in a training loop / only in evaluation loops (TL701)
+        **dict(zip(("trains_on", "evaluates_on"), _loader_params(mm, fn))),
     }
+
+
+def _loader_params(mm, fn) -> tuple:
+    from . import resources
+
+    return resources.get(mm).trains_on_params(fn)
 
 
 def _loop_or_outer_trains(loop) -> bool:

@@ -28,10 +28,10 @@ from typing import Iterator, Optional
 import libcst as cst
 
 from . import catalog
-from .binder import dotted
+from .binder import _child_fields, dotted
 from .ir import (
-    AUTOGRAD_GRAD, BACKWARD, CALL, FORWARD, GRAD_OFF, LOSS, MOVE, AssignOp, BranchOp, CallOp,
-    DefOp, LoopOp, ReturnOp, walk,
+    AUTOGRAD_GRAD, BACKWARD, CALL, FORWARD, GRAD_OFF, MOVE, AssignOp, BranchOp, CallOp, LoopOp,
+    ReturnOp, walk,
 )
 
 ITER_WRAPPERS = ("enumerate", "tqdm", "tqdm.tqdm", "tqdm.auto.tqdm", "iter", "trange",
@@ -70,6 +70,19 @@ def base_path(expr) -> Optional[str]:
     return None
 
 
+def children(n) -> list:
+    """The child nodes that can hold code (no whitespace, commas, brackets), cheaply:
+    libcst's ``.children`` rebuilds the node through a visitor."""
+    out = []
+    for name in _child_fields(type(n)):
+        v = getattr(n, name, None)
+        if isinstance(v, cst.CSTNode):
+            out.append(v)
+        elif isinstance(v, (tuple, list)):
+            out.extend(x for x in v if isinstance(x, cst.CSTNode))
+    return out
+
+
 def subnodes(node) -> Iterator[cst.CSTNode]:
     """Every node under ``node`` (itself included), not entering lambdas or nested defs."""
     stack = [node]
@@ -78,7 +91,7 @@ def subnodes(node) -> Iterator[cst.CSTNode]:
         yield n
         if isinstance(n, (cst.Lambda, cst.FunctionDef, cst.ClassDef)) and n is not node:
             continue
-        stack.extend(reversed(n.children))
+        stack.extend(reversed(children(n)))
 
 
 def names_in(expr) -> set:
@@ -162,7 +175,8 @@ class Accumulation:
 class LoaderInfo:
     """A ``DataLoader(...)`` construction."""
 
-    __slots__ = ("op", "fn", "shuffle", "sampler", "iterable", "unknown", "shuffle_arg", "names")
+    __slots__ = ("op", "fn", "shuffle", "sampler", "iterable", "unknown", "shuffle_arg", "names",
+                 "full_batch")
 
     def __init__(self, op, fn):
         self.op, self.fn = op, fn
@@ -171,6 +185,7 @@ class LoaderInfo:
         self.sampler = False
         self.iterable = False
         self.unknown = False  # **kwargs / *args: anything may be set
+        self.full_batch = False  # batch_size=len(dataset)
         self.names: list = []  # paths the loader is bound to
 
 
@@ -353,9 +368,7 @@ class Resources:
         return r
 
     def _model_move(self, fn, path: str, depth: int) -> Optional[Move]:
-        for suffix in (".module", ".model", ".net"):
-            pass
-        norm = path[:-7] if path.endswith(".module") else path
+        norm = path[:-7] if path.endswith(".module") else path  # DataParallel's .module
         scopes = self._scopes(fn, norm)
         dp = False
         found = None
@@ -421,6 +434,18 @@ class Resources:
             found.dp = True
         return found
 
+    def forward_moves_inputs(self, fn, op: CallOp) -> bool:
+        """The model's class ``forward`` moves tensors itself (``x = x.to(self.device)``)."""
+        role = self.mm.resolver.of_path(fn, op.target or "")
+        info = op.info if isinstance(op.info, str) else role[1]
+        cls = self.mm.classes.get(info) if isinstance(info, str) else None
+        fwd = cls.methods.get("forward") if cls is not None else None
+        if fwd is None:
+            return False
+        inputs = {p for p in fwd.params if p not in ("self", "cls")}
+        return any(isinstance(o, CallOp) and o.attr in ("to", "cuda") and root_name(o.recv) in inputs
+                   and self.move_device(fwd, o)[0] for o in walk(fwd.body))
+
     def _scopes(self, fn, path: str) -> list:
         """Functions where a statement on ``path`` (as seen from ``fn``) can act on it."""
         out = []
@@ -434,9 +459,7 @@ class Resources:
                 out.extend(m for m in cls.methods.values() if m not in out)
         elif self.param_owner(fn, path) is None and self.mm.module_function not in out:
             if not any(self.assigns(f).get(path) for f in out):
-                out.append(self.mm.module_function)
-            elif fn.is_module_level:
-                pass
+                out.append(self.mm.module_function)  # a module-level model
         return out
 
     # ------------------------------------------------------------ loaders
@@ -642,6 +665,9 @@ class Resources:
         ds = _dataset_arg(op.node)
         if ds is not None and self._dataset_iterable(fn, ds):
             info.iterable = True
+        bs = op.keyword("batch_size") or (pos[1] if len(pos) > 1 else None)
+        if bs is not None and isinstance(bs.value, cst.Call) and dotted(bs.value.func) == "len":
+            info.full_batch = True  # one batch per epoch: the order does not matter
         return info
 
     def _dataset_iterable(self, fn, ds) -> bool:
@@ -664,6 +690,8 @@ class Resources:
                 return True
         # a name the dataset is shuffled through later: ds = ds.shuffle(...)
         d = dotted(ds) if isinstance(ds, (cst.Name, cst.Attribute)) else None
+        if d and any(w.startswith(("iter", "stream", "pipe", "datapipe")) for w in words(d)):
+            return True  # train_iterator, stream, datapipe: iterable-style data
         if d:
             for o in walk(fn.body):
                 if isinstance(o, CallOp) and o.recv == d and o.attr in ("shuffle", "shuffled"):
@@ -800,6 +828,8 @@ class Resources:
         for p in fn.params:
             if p.startswith("*") or p in ("self", "cls"):
                 continue
+            if self.mm.resolver.of_path(fn, p)[0] not in (None, catalog.LOADER):
+                continue
             for f, site in self.loader_sites(fn, p):
                 if site == "train" or isinstance(site, LoopOp) and self.loop_trains(f, site):
                     tr.add(p)
@@ -858,8 +888,6 @@ class Resources:
         for op in walk(fn.body):
             if isinstance(op, CallOp) and op.recv == path and op.attr in ("clear", "zero_", "fill_", "reset"):
                 out.append(op)
-            elif isinstance(op, DefOp):
-                pass
         return out
 
     def _accumulating_loops(self, fn, acc: Accumulation) -> tuple:
@@ -928,7 +956,7 @@ class Resources:
                       "write", "log_metrics", "format")
         parents = {}
         for n in subnodes(fn.node):
-            for c in n.children:
+            for c in children(n):
                 parents[id(c)] = n
         todo, seen = [path], set()
         while todo:
@@ -946,10 +974,10 @@ class Resources:
                     continue  # n is the attribute name part
                 if isinstance(par, (cst.AssignTarget, cst.AugAssign)) and getattr(par, "target", None) is n:
                     continue
-                top, up = n, par
+                up = par
                 while isinstance(up, (cst.BinaryOperation, cst.UnaryOperation, cst.Comparison,
                                       cst.ComparisonTarget, cst.BooleanOperation)):
-                    top, up = up, parents.get(id(up))
+                    up = parents.get(id(up))
                 if isinstance(up, (cst.If, cst.While, cst.IfExp, cst.Assert, cst.Expr,
                                    cst.FormattedStringExpression)):
                     continue
@@ -995,7 +1023,7 @@ class Resources:
         if not cands:
             return []
         labels = self._label_names(fn)
-        if not labels:
+        if not labels or self._single_sample_batches(fn):
             return []
         out = []
         for op in cands:
@@ -1025,6 +1053,30 @@ class Resources:
             if hit:
                 out.append(op)
         return out
+
+    def _single_sample_batches(self, fn) -> bool:
+        """Every loader iterated in ``fn`` is a ``DataLoader`` with ``batch_size=1`` (the
+        default): a flattened argmax of a ``(1, C)`` output is the class index."""
+        found = False
+        for o in walk(fn.body):
+            if not isinstance(o, LoopOp) or o.is_while or o.iter is None:
+                continue
+            if self.mm.resolver.of_expr(fn, strip_iter_wrappers(o.iter))[0] != catalog.LOADER:
+                continue
+            for owner, v in self.loader_values(fn, o.iter):
+                if not self.is_loader_call(owner, v):
+                    return False
+                bs = None
+                for a in v.args:
+                    if a.keyword is not None and a.keyword.value == "batch_size":
+                        bs = a.value
+                pos = [a for a in v.args if a.keyword is None and not a.star]
+                if bs is None and len(pos) > 1:
+                    bs = pos[1].value
+                if bs is not None and not (isinstance(bs, cst.Integer) and bs.value == "1"):
+                    return False
+                found = True
+        return found
 
     def _label_names(self, fn) -> set:
         """Names holding batch tensors (loader loop targets and values derived from them)."""

@@ -1,6 +1,7 @@
 """Roles (what a name is in PyTorch terms) and the classification of calls into training events."""
 from __future__ import annotations
 
+import builtins
 import re
 from typing import Optional
 
@@ -10,7 +11,7 @@ from . import catalog
 from .binder import dotted
 from .ir import (
     AUTOGRAD_GRAD, BACKWARD, CALL, CLEAR, FORWARD, LOSS, MODE, MOVE, SCHED_STEP, STEP,
-    AssignOp, CallOp, DefOp, LoopOp, walk,
+    AssignOp, CallOp, DefOp, LoopOp, ReturnOp, walk,
 )
 
 # (role, info) where info is the loss kind for LOSS, the class name for MODEL
@@ -29,6 +30,23 @@ _EVAL_NAME = re.compile(r"(^|_)(eval|evaluate|evaluation|valid|validate|validati
 
 def is_eval_name(name: str) -> bool:
     return bool(_EVAL_NAME.search(name))
+
+
+_TEST_FILE = re.compile(r"(^|[/\\])(test_[^/\\]*|[^/\\]*_test|conftest)\.py$|(^|[/\\])tests?[/\\]")
+
+
+def is_test_function(mm, fn) -> bool:
+    """A unit test (pytest ``test_*`` in a test module, a ``unittest.TestCase`` method): it
+    checks code, it is neither training nor evaluation code."""
+    f = fn
+    while f.parent is not None:
+        f = f.parent
+    cls = f.cls
+    if cls is not None and (cls.name.startswith("Test") or any(
+            b.endswith("TestCase") for b in cls.bases)):
+        return True
+    path = getattr(mm, "path", "") or ""
+    return bool(_TEST_FILE.search(path.replace("\\", "/")))
 
 
 class RoleResolver:
@@ -334,6 +352,24 @@ class RoleResolver:
                 out.setdefault(path, self.mm.module_function)
         return out
 
+    def mode_sensitive(self, fn, path: Optional[str]) -> bool:
+        """Whether the model at ``path`` may behave differently in train and eval mode."""
+        if not path:
+            return True
+        ms = getattr(self, "_ms", None)
+        if ms is None:
+            ms = self._ms = ModeSensitivity(self)
+        try:
+            return ms.of_path(fn, _strip_module(path))
+        except RecursionError:
+            return True
+
+    def class_mode_sensitive(self, cls) -> bool:
+        ms = getattr(self, "_ms", None)
+        if ms is None:
+            ms = self._ms = ModeSensitivity(self)
+        return ms.of_class(cls)
+
     def frozen(self, fn, path: Optional[str]) -> Optional[str]:
         """Why the model at ``path`` is not trained here, or ``None`` if it may be.
 
@@ -415,6 +451,150 @@ class RoleResolver:
                             marks.append((self._scope_key(fn, owner)[0], _strip_module(owner), not b))
         self._marks = marks
         return marks
+
+
+# layers whose behaviour depends on train/eval mode
+_MODE_LAYER = re.compile(r"Dropout|BatchNorm|InstanceNorm|Transformer|MultiheadAttention|RReLU|^LazyBatch")
+_RNN_LAYERS = {"torch.nn.LSTM", "torch.nn.GRU", "torch.nn.RNN"}
+_NEUTRAL_PREFIXES = ("collections.", "typing.", "math.", "itertools.", "functools.", "dataclasses.",
+                     "pathlib.", "enum.", "numbers.", "warnings.", "numpy.", "logging.", "os.", "re.")
+_TRAINING_ATTR = re.compile(r"\.training\b|\btraining\s*=\s*self\b")
+
+
+class ModeSensitivity:
+    """Does a model behave differently in train and eval mode (dropout, batch norm, ...)?
+
+    ``False`` only when every layer is known and none depends on the mode (a stack of
+    Linear/Conv/LSTM-without-dropout layers): then a missing ``eval()``/``train()`` changes
+    nothing.  Anything unknown (a model passed in, a library factory) counts as sensitive.
+    """
+
+    def __init__(self, resolver: "RoleResolver"):
+        self.r = resolver
+        self.mm = resolver.mm
+        self._cls: dict = {}
+
+    def of_path(self, fn, path: str) -> bool:
+        role, info = self.r.of_path(fn, path)
+        if role == catalog.MODEL and isinstance(info, str):
+            cls = self.mm.classes.get(info)
+            if cls is not None:
+                return self.of_class(cls)
+        d = self.r.definition(fn, path)
+        if d is None:
+            return True
+        return self.of_expr(d[0], d[1], 0)
+
+    def of_class(self, cls) -> bool:
+        key = cls.qualname
+        if key in self._cls:
+            return self._cls[key]
+        self._cls[key] = True  # recursion guard: assume sensitive
+        self._cls[key] = res = self._class(cls)
+        return res
+
+    def _class(self, cls) -> bool:
+        for b, raw in zip(cls.bases, cls.raw_bases):
+            if b in catalog.MODULE_BASES or b in ("torch.nn.Module", "Module"):
+                continue
+            local = self.mm.find_class(raw)
+            if local is not None and local is not cls:
+                if self.of_class(local):
+                    return True
+                continue
+            if self._external(raw):
+                return True
+        try:
+            if _TRAINING_ATTR.search(self.mm.code_for(cls.node)):
+                return True
+        except Exception:
+            return True
+        for m in cls.methods.values():
+            if m.name == "__init__":
+                for p in m.params[1:]:
+                    # a submodule handed in from outside: unknown
+                    if self.r._param_role(m, p.lstrip("*"))[0] == catalog.MODEL:
+                        return True
+            for op in walk(m.body):
+                if isinstance(op, CallOp) and self._call(m, op.node):
+                    return True
+        return False
+
+    def _external(self, name: str) -> bool:
+        getter = getattr(self.mm, "external_class", None)
+        facts = getter(name) if getter is not None else None
+        if facts and facts.get("is_module") is not None and "mode_sensitive" in facts:
+            return bool(facts["mode_sensitive"])
+        return True
+
+    def _call(self, fn, call: cst.Call) -> bool:
+        """Does constructing/calling this make the model mode-sensitive?"""
+        d = dotted(call.func)
+        if d is None:
+            return False
+        q = self.mm.qualify(d) or ""
+        last = d.rsplit(".", 1)[-1]
+        if q.startswith("torch.nn.functional."):
+            return "dropout" in q
+        if q.startswith("torch.nn."):
+            name = q.rsplit(".", 1)[-1]
+            if _MODE_LAYER.search(name):
+                return True
+            if q in _RNN_LAYERS:
+                for a in call.args:
+                    if a.keyword is not None and a.keyword.value == "dropout":
+                        return not (isinstance(a.value, (cst.Integer, cst.Float)) and float(a.value.value) == 0)
+                return len([a for a in call.args if a.keyword is None]) >= 6  # positional dropout
+            return False
+        if q.startswith("torch.") or q.startswith(_NEUTRAL_PREFIXES):
+            return False
+        if not last[:1].isupper() or last.isupper():
+            return False  # functions and CONSTANTS, not layers
+        if "." not in d and hasattr(builtins, d):
+            return False  # ValueError(...), Exception(...)
+        local = self.mm.find_class(d)
+        if local is not None:
+            return self.of_class(local) if self.mm.class_is_module(local) else False
+        return self._external(d)
+
+    def of_expr(self, fn, e, depth: int) -> bool:
+        if depth > 6:
+            return True
+        if isinstance(e, cst.Call):
+            func = e.func
+            if isinstance(func, cst.Attribute) and func.attr.value in _PASSTHROUGH_METHODS:
+                return self.of_expr(fn, func.value, depth + 1)
+            d = dotted(func)
+            q = self.mm.qualify(d) if d else None
+            if q and q.startswith("torch.nn.") and not q.startswith("torch.nn.functional."):
+                if self._call(fn, e):
+                    return True
+                return any(self.of_expr(fn, a.value, depth + 1) for a in e.args
+                           if isinstance(a.value, (cst.Call, cst.Name, cst.Attribute)))
+            if q in _WRAPPERS and e.args:
+                return self.of_expr(fn, e.args[0].value, depth + 1)
+            if d:
+                local = self.mm.find_class(d)
+                if local is not None and self.mm.class_is_module(local):
+                    return self.of_class(local)
+                target = self.mm.functions.get(d)
+                if target is not None:  # def build_model(): return nn.Sequential(...)
+                    rets = [op.value for op in walk(target.body) if isinstance(op, ReturnOp) and op.value is not None]
+                    return not rets or any(self.of_expr(target, v, depth + 1) for v in rets)
+                if q:
+                    return self._external(d)
+            return True
+        if isinstance(e, (cst.Name, cst.Attribute)):
+            d = dotted(e)
+            if d:
+                role = self.r.of_path(fn, d)
+                if role[0] == catalog.MODEL and isinstance(role[1], str) and role[1] in self.mm.classes:
+                    return self.of_class(self.mm.classes[role[1]])
+                df = self.r.definition(fn, d)
+                if df is not None and df[1] is not e:
+                    return self.of_expr(df[0], df[1], depth + 1)
+            return True
+        return True
 
 
 def _strip_module(p: str) -> str:
@@ -505,6 +685,9 @@ def classify(mm, fn, resolver: RoleResolver) -> None:
             op.kind, op.target = CLEAR, op.recv or "?"
         elif q in ("torch.autograd.backward",):
             op.kind, op.target = BACKWARD, None
+        elif q == "torch.distributed.autograd.backward":
+            # gradients go to the distributed autograd context (a fresh one per iteration)
+            op.kind, op.target, op.info = BACKWARD, None, catalog.DIST_AUTOGRAD
         elif q == "torch.autograd.grad":
             op.kind = AUTOGRAD_GRAD
         elif attr in ("backward", "manual_backward"):

@@ -1,0 +1,502 @@
+"""The semantic model: imports, roles, training events, grad contexts, mode flow, summaries."""
+import textwrap
+
+import libcst as cst
+
+from torchlint.model import ModuleModel, catalog
+from torchlint.model.flow import ENTRY
+from torchlint.model.ir import (
+    BACKWARD, CALL, CLEAR, FORWARD, GRAD_OFF, GRAD_ON, GRAD_UNKNOWN, MODE, SCHED_STEP, STEP, CallOp,
+    walk,
+)
+from torchlint.model.roles import is_test_function
+
+
+def build(src: str, path: str = "train.py") -> ModuleModel:
+    src = textwrap.dedent(src)
+    return ModuleModel(path, path, src, cst.parse_module(src), path.rsplit("/", 1)[-1][:-3])
+
+
+def fn_named(mm, name):
+    return next(f for f in mm.all_functions if f.qualname == name)
+
+
+def calls_of(fn):
+    return [op for op in walk(fn.body) if isinstance(op, CallOp)]
+
+
+def events(fn):
+    """[(callee as written, kind, target)] for the classified calls of ``fn``."""
+    return [(op.func, op.kind, op.target) for op in calls_of(fn) if op.kind is not None]
+
+
+def modes_at(mm, fn, func):
+    flow = mm.flow(fn)
+    out = []
+    for op in calls_of(fn):
+        if op.func == func and op.kind == FORWARD:
+            out.append(sorted(m for m, _ in flow.at[id(op)]))
+    return out
+
+
+# --------------------------------------------------------------------------- imports
+def test_import_aliases_resolve_to_qualified_names():
+    mm = build("""
+        import torch
+        import torch.nn as nn
+        import torch.nn.functional as F
+        from torch import optim as O
+        from torch.optim.lr_scheduler import StepLR as Sched
+        from .models import ResNet
+    """, path="pkg/train.py")
+    q = mm.imports.qualify
+    assert q("nn.CrossEntropyLoss") == "torch.nn.CrossEntropyLoss"
+    assert q("F.cross_entropy") == "torch.nn.functional.cross_entropy"
+    assert q("O.AdamW") == "torch.optim.AdamW"
+    assert q("Sched") == "torch.optim.lr_scheduler.StepLR"
+    assert q("torch.no_grad") == "torch.no_grad"
+    assert q("numpy.zeros") is None
+
+
+# --------------------------------------------------------------------------- roles
+ROLES_SRC = """
+    import timm
+    import torch
+    import torch.nn as nn
+    from timm import create_model
+    from torch.utils.data import DataLoader
+
+    class Net(nn.Module):
+        def forward(self, x):
+            return x
+
+    def main(train_set, net_d):
+        model = Net().to("cuda")
+        backbone = create_model("resnet18")
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        sched = torch.optim.lr_scheduler.StepLR(optimizer, 10)
+        loader = DataLoader(train_set, batch_size=4)
+        scaler = torch.cuda.amp.GradScaler()
+        criterion = nn.CrossEntropyLoss()
+        head = nn.Linear(4, 2)
+        ema_model = model
+"""
+
+
+def test_roles_from_constructors_and_names():
+    mm = build(ROLES_SRC)
+    main = fn_named(mm, "main")
+    role = lambda p: mm.resolver.of_path(main, p)  # noqa: E731
+    assert role("model") == (catalog.MODEL, "Net")
+    assert role("backbone")[0] == catalog.MODEL  # timm.create_model(...)
+    assert role("optimizer")[0] == catalog.OPTIMIZER
+    assert role("sched")[0] == catalog.SCHEDULER
+    assert role("loader")[0] == catalog.LOADER
+    assert role("scaler")[0] == catalog.SCALER
+    assert role("criterion") == (catalog.LOSS, catalog.CE)
+    assert role("head")[0] == catalog.MODEL
+    assert role("net_d")[0] is None  # a parameter whose name says nothing known
+    # factories and classes are not instances, whatever their names say
+    assert role("create_model") == (None, None)
+    assert role("timm.create_model") == (None, None)
+    assert role("Net") == (None, None)
+
+
+def test_action_names_are_not_models():
+    assert catalog.role_from_name("get_eval_model") is None
+    assert catalog.role_from_name("task.get_eval_model") is None
+    assert catalog.role_from_name("_create_fx_model") is None
+    assert catalog.role_from_name("teacher_model") == catalog.MODEL
+    assert catalog.role_from_name("train_loader") == catalog.LOADER
+    assert catalog.role_from_name("self.lr_scheduler") == catalog.SCHEDULER
+
+
+def test_optimizer_owners_from_constructor():
+    mm = build("""
+        import itertools
+        import torch
+
+        def main(netG, netD, model, groups):
+            opt_g = torch.optim.Adam(netG.parameters(), lr=2e-4)
+            opt_d = torch.optim.Adam(filter(lambda p: p.requires_grad, netD.module.parameters()))
+            both = torch.optim.SGD(itertools.chain(netG.parameters(), netD.parameters()), lr=0.1)
+            head_body = torch.optim.SGD([
+                {"params": model.fc.parameters(), "lr": 1e-2},
+                {"params": model.body.parameters()},
+            ], lr=1e-3)
+            params = [p for p in model.parameters() if p.requires_grad]
+            via_var = torch.optim.AdamW(params)
+            unknown = torch.optim.AdamW(groups)
+    """)
+    main = fn_named(mm, "main")
+    owners = lambda p: mm.resolver.optimizer_owners(main, p)  # noqa: E731
+    assert owners("opt_g") == {"netG"}
+    assert owners("opt_d") == {"netD"}  # DataParallel's .module is the same model
+    assert owners("both") == {"netG", "netD"}
+    assert owners("head_body") == {"model.fc", "model.body"}
+    assert owners("via_var") == {"model"}
+    assert owners("unknown") is None
+
+
+def test_frozen_models():
+    mm = build("""
+        import torch
+        import torch.nn as nn
+
+        class Probe:
+            def __init__(self, encoder, head):
+                self.encoder = encoder
+                self.head = head
+                self.encoder.requires_grad_(False)
+
+            def step(self, x):
+                return self.head(self.encoder(x))
+
+        def finetune(backbone, classifier):
+            for p in backbone.parameters():
+                p.requires_grad = False
+            opt = torch.optim.SGD(classifier.parameters(), lr=0.1)
+            return opt
+
+        def unfreeze_later(backbone):
+            backbone.requires_grad_(False)
+            backbone.requires_grad_(True)
+
+        def two_models():
+            student = nn.Linear(4, 2)
+            teacher = nn.Linear(4, 2)
+            opt = torch.optim.SGD(student.parameters(), lr=0.1)
+    """)
+    step = fn_named(mm, "Probe.step")
+    assert mm.resolver.frozen(step, "self.encoder") is not None
+    assert mm.resolver.frozen(step, "self.head") is None
+    ft = fn_named(mm, "finetune")
+    assert mm.resolver.frozen(ft, "backbone") is not None
+    assert mm.resolver.frozen(ft, "classifier") is None
+    assert mm.resolver.frozen(fn_named(mm, "unfreeze_later"), "backbone") is None
+    two = fn_named(mm, "two_models")
+    assert "no optimizer updates `teacher`" in mm.resolver.frozen(two, "teacher")
+    assert mm.resolver.frozen(two, "student") is None
+
+
+def test_mode_sensitivity_of_models():
+    mm = build("""
+        import torch.nn as nn
+        import torchvision
+
+        class MLP(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc1 = nn.Linear(4, 8)
+                self.act = nn.ReLU()
+                self.fc2 = nn.Linear(8, 2)
+
+        class WithDropout(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.body = MLP()
+                self.drop = nn.Dropout(0.1)
+
+        class LM(nn.Module):
+            def __init__(self, dropout=0.2):
+                super().__init__()
+                self.rnn = nn.LSTM(8, 8, num_layers=2, dropout=dropout)
+
+        class UsesFlag(nn.Module):
+            def forward(self, x):
+                return x * 2 if self.training else x
+
+        def main():
+            a = MLP()
+            b = WithDropout()
+            c = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+            d = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4))
+            e = torchvision.models.resnet18()
+            f = LM()
+            g = UsesFlag()
+    """)
+    main = fn_named(mm, "main")
+    sens = {p: mm.resolver.mode_sensitive(main, p) for p in "abcdefg"}
+    assert sens == {"a": False, "b": True, "c": False, "d": True, "e": True, "f": True, "g": True}
+
+
+def test_unit_tests_are_recognised():
+    src = """
+        import unittest
+
+        def test_forward():
+            pass
+
+        class TestModel(unittest.TestCase):
+            def test_eval(self):
+                pass
+
+        def evaluate():
+            pass
+    """
+    mm = build(src, path="tests/test_models.py")
+    assert is_test_function(mm, fn_named(mm, "test_forward"))
+    mm2 = build(src, path="scripts/train.py")
+    assert is_test_function(mm2, fn_named(mm2, "TestModel.test_eval"))
+    assert not is_test_function(mm2, fn_named(mm2, "evaluate"))
+    assert not is_test_function(mm2, fn_named(mm2, "test_forward"))  # `test()` in a script evaluates
+
+
+# --------------------------------------------------------------------------- events
+def test_training_events_are_classified():
+    mm = build("""
+        import torch
+        import torch.nn as nn
+
+        def train(model, loader, optimizer, scheduler, scaler, accelerator):
+            criterion = nn.CrossEntropyLoss()
+            for x, y in loader:
+                optimizer.zero_grad(set_to_none=True)
+                with torch.autocast("cuda"):
+                    loss = criterion(model(x), y)
+                scaler.scale(loss).backward()
+                scaler.step(optimizer)
+                scaler.update()
+                accelerator.backward(loss)
+                scheduler.step()
+            model.eval()
+            model.train(False)
+    """)
+    ev = events(fn_named(mm, "train"))
+    assert ("optimizer.zero_grad", CLEAR, "optimizer") in ev
+    assert ("model", FORWARD, "model") in ev
+    assert ("scaler.scale(loss).backward", BACKWARD, None) not in ev  # not dotted: func is None
+    kinds = [(k, t) for _, k, t in ev]
+    assert (STEP, "optimizer") in kinds  # scaler.step(optimizer) steps the optimizer it is given
+    assert ("accelerator.backward", BACKWARD, "accelerator") in ev
+    assert ("scheduler.step", SCHED_STEP, "scheduler") in ev
+    assert [op.info for op in calls_of(fn_named(mm, "train")) if op.kind == MODE] == ["eval", "eval"]
+    assert sum(1 for _, k, _ in ev if k == BACKWARD) == 2
+    assert not any(f == "scaler.update" for f, _, _ in ev)
+
+
+def test_lbfgs_closure_and_distributed_autograd():
+    mm = build("""
+        import torch
+        import torch.distributed.autograd as dist_autograd
+        from torch.distributed.optim import DistributedOptimizer
+
+        def fit(model, x, y, rrefs):
+            optimizer = torch.optim.LBFGS(model.parameters())
+            def closure():
+                optimizer.zero_grad()
+                loss = ((model(x) - y) ** 2).mean()
+                loss.backward()
+                return loss
+            for _ in range(5):
+                optimizer.step(closure)
+            opt = DistributedOptimizer(torch.optim.SGD, rrefs, lr=0.05)
+            for _ in range(5):
+                with dist_autograd.context() as cid:
+                    dist_autograd.backward(cid, [model(x).sum()])
+                    opt.step(cid)
+    """)
+    fit = fn_named(mm, "fit")
+    steps = [op for op in calls_of(fit) if op.kind == STEP]
+    assert [s.target for s in steps] == ["optimizer", "opt"]
+    assert isinstance(steps[0].closure, cst.Name) and steps[0].closure.value == "closure"
+    from torchlint.model.queries import iteration
+
+    seq = iteration(mm, fit, steps[0].loop.body)
+    # the closure's clear and backward run before the step that calls it
+    assert [o.kind for o in seq if isinstance(o, CallOp) and o.kind in (CLEAR, BACKWARD, STEP)] == \
+        [CLEAR, BACKWARD, STEP]
+    dist = [op for op in calls_of(fit) if op.kind == BACKWARD and op.loop is steps[1].loop]
+    assert [op.info for op in dist] == [catalog.DIST_AUTOGRAD]
+
+
+def test_helper_calls_are_call_events():
+    mm = build("""
+        def train_one_epoch(model, loader, optimizer):
+            for x, y in loader:
+                optimizer.zero_grad()
+                model(x).sum().backward()
+                optimizer.step()
+
+        def main(model, loader, optimizer):
+            for epoch in range(3):
+                train_one_epoch(model, loader, optimizer)
+    """)
+    main = fn_named(mm, "main")
+    call = next(op for op in calls_of(main) if op.func == "train_one_epoch")
+    assert call.kind == CALL and call.info is fn_named(mm, "train_one_epoch")
+
+
+# --------------------------------------------------------------------------- grad contexts
+def test_grad_contexts_of_blocks_and_decorators():
+    mm = build("""
+        import torch
+        from torch import no_grad
+
+        @torch.no_grad()
+        def evaluate(model, x):
+            a = model(x)
+            with torch.enable_grad():
+                b = model(x)
+            return a, b
+
+        @no_grad()
+        def predict(model, x):
+            return model(x)
+
+        def step(model, x, flag):
+            with torch.inference_mode():
+                c = model(x)
+            with torch.set_grad_enabled(False):
+                d = model(x)
+            with torch.set_grad_enabled(flag):
+                e = model(x)
+            f = model(x)
+    """)
+    grads = lambda name: [op.grad for op in calls_of(fn_named(mm, name)) if op.kind == FORWARD]  # noqa: E731
+    assert fn_named(mm, "evaluate").decorator_grad == GRAD_OFF
+    assert grads("evaluate") == [GRAD_OFF, GRAD_ON]
+    assert grads("predict") == [GRAD_OFF]
+    assert grads("step") == [GRAD_OFF, GRAD_OFF, GRAD_UNKNOWN, None]
+
+
+# --------------------------------------------------------------------------- mode flow
+def test_eval_at_end_of_epoch_reaches_next_epoch_through_back_edge():
+    mm = build("""
+        import torch
+
+        def main(model, loader, val_loader, optimizer):
+            model.train()
+            for epoch in range(10):
+                for x, y in loader:
+                    optimizer.zero_grad()
+                    model(x).sum().backward()
+                    optimizer.step()
+                model.eval()
+                with torch.no_grad():
+                    for x, y in val_loader:
+                        model(x)
+    """)
+    main = fn_named(mm, "main")
+    assert modes_at(mm, main, "model") == [["eval", "train"], ["eval"]]
+
+
+def test_train_at_top_of_epoch_keeps_training_in_train_mode():
+    mm = build("""
+        def main(model, loader, optimizer, evaluate):
+            for epoch in range(10):
+                model.train()
+                for x, y in loader:
+                    model(x).sum().backward()
+                model.eval()
+                model(x)
+    """)
+    assert modes_at(mm, fn_named(mm, "main"), "model") == [["train"], ["eval"]]
+
+
+def test_parameter_models_start_in_entry_mode_and_module_models_in_train_mode():
+    mm = build("""
+        import torch.nn as nn
+
+        net = nn.Linear(2, 2)
+        net(x)
+
+        def f(model, x):
+            return model(x)
+    """)
+    assert modes_at(mm, mm.module_function, "net") == [["train"]]
+    assert modes_at(mm, fn_named(mm, "f"), "model") == [[ENTRY]]
+
+
+def test_helper_exit_mode_flows_into_caller():
+    mm = build("""
+        import torch
+
+        def evaluate(model, loader):
+            model.eval()
+            with torch.no_grad():
+                for x, y in loader:
+                    model(x)
+
+        def main(model, loader, optimizer):
+            for epoch in range(3):
+                for x, y in loader:
+                    model(x).sum().backward()
+                    optimizer.step()
+                evaluate(model, loader)
+    """)
+    main = fn_named(mm, "main")
+    assert modes_at(mm, main, "model") == [[ENTRY, "eval"]]
+    origins = [o for m, o in mm.flow(main).at[id(next(op for op in calls_of(main) if op.kind == FORWARD))]
+               if m == "eval"]
+    assert "`evaluate()` at train.py:4" in origins[0]
+
+
+# --------------------------------------------------------------------------- summaries
+def test_summaries():
+    mm = build("""
+        import torch
+
+        def train_one_epoch(model, loader, optimizer, teacher):
+            for x, y in loader:
+                optimizer.zero_grad()
+                with torch.no_grad():
+                    t = teacher(x)
+                loss = (model(x) - t).pow(2).mean()
+                loss.backward()
+                optimizer.step()
+
+        @torch.no_grad()
+        def evaluate(model, loader):
+            for x, y in loader:
+                model(x)
+
+        def validate_and_restore(model, loader):
+            model.eval()
+            evaluate(model, loader)
+            model.train()
+
+        def grads_for_inputs(model, x):
+            with torch.enable_grad():
+                model(x).sum().backward()
+    """)
+    s = mm.summary_of(fn_named(mm, "train_one_epoch"))
+    assert s["trains_in_entry"] == ["model"]  # the teacher runs under no_grad: not trained
+    assert (s["backward"], s["step"], s["clear"], s["sched_step"]) == (True, True, True, False)
+    assert s["backward_inherits_grad"] is True
+    e = mm.summary_of(fn_named(mm, "evaluate"))
+    assert e["evals_in_entry"] == ["model"] and e["grad"] == GRAD_OFF and e["exit_modes"] == {}
+    v = mm.summary_of(fn_named(mm, "validate_and_restore"))
+    assert {k: m for k, (m, _) in v["exit_modes"].items()} == {"model": "train"}
+    assert v["evals_in_entry"] == []  # it sets eval itself before calling evaluate()
+    g = mm.summary_of(fn_named(mm, "grads_for_inputs"))
+    assert g["backward"] is True and g["backward_inherits_grad"] is False
+
+
+def test_closure_summary_reports_enclosing_variable_modes():
+    mm = build("""
+        import torch
+
+        def main(loader):
+            model = torch.nn.Dropout(0.1)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+            @torch.no_grad()
+            def estimate_loss():
+                model.eval()
+                return [model(x) for x, _ in loader]
+
+            for it in range(100):
+                if it % 10 == 0:
+                    estimate_loss()
+                x = next(iter(loader))
+                model(x).sum().backward()
+                optimizer.step()
+                optimizer.zero_grad()
+    """)
+    est = fn_named(mm, "main.<locals>.estimate_loss")
+    s = mm.summary_of(est)
+    assert s["free"] == ["model"]
+    assert {k: m for k, (m, _) in s["exit_modes"].items()} == {"model": "eval"}
+    main = fn_named(mm, "main")
+    assert modes_at(mm, main, "model") == [["eval", "train"]]
