@@ -24,11 +24,30 @@ def _loader_loops(mm, fn, op):
     return out
 
 
-def _unmoved_args(op):
+def _lengths_like(mm, expr) -> bool:
+    """Sequence lengths stay on the CPU on purpose (``pack_padded_sequence``, CTC)."""
+    text = mm.code_for(expr).lower()
+    return any(w in text for w in ("len", "lens", "length", "sizes"))
+
+
+def _is_ctc(mm, fn, op) -> bool:
+    """CTC losses take their targets and lengths on the CPU."""
+    if "ctc" in (op.qual or op.func or "").lower():
+        return True
+    res = resources.get(mm)
+    for _owner, _aop, value, _idx in res.definitions(fn, op.func or ""):
+        if value is not None and "ctc" in mm.code_for(value).lower():
+            return True
+    return False
+
+
+def _unmoved_args(mm, op):
     out = []
     for i, a in enumerate(op.args):
         facts = op.arg_facts[i] if i < len(op.arg_facts) else frozenset()
         if "batch" not in facts or "moved" in facts:
+            continue
+        if _lengths_like(mm, a.value):
             continue
         if "moved_inplace" in facts and a.star == "**":
             continue  # batch.to(device) on a dict-like batch (BatchEncoding) moves it in place
@@ -97,8 +116,8 @@ for x, y in loader:
             for op in ops:
                 if id(op.loop) in reported:
                     continue
-                bad = _unmoved_args(op)
-                if not bad:
+                bad = _unmoved_args(mm, op)
+                if not bad or op.kind == LOSS and _is_ctc(mm, fn, op):
                     continue
                 if op.kind == FORWARD:
                     mv = fwd_moves.get(op.target)

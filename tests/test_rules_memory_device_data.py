@@ -293,6 +293,30 @@ def test_dict_batches(tmp_path):
         assert codes(tmp_path, src.replace("BATCH", ok)) == []
 
 
+def test_cpu_lengths_and_ctc_targets_are_quiet(tmp_path):
+    src = prog("""\
+    def train(model, loader, optimizer, device):
+        ctc = nn.CTCLoss()
+        for feats, lengths, targets, target_lengths in loader:
+            feats = feats.to(device)
+            optimizer.zero_grad()
+            log_probs = model(feats, lengths)
+            loss = ctc(log_probs, targets, lengths, target_lengths)
+            loss.backward()
+            optimizer.step()
+
+
+    def main():
+        device = torch.device("cuda")
+        data = TensorDataset(torch.randn(64, 8), torch.full((64,), 8), torch.randint(1, 3, (64, 4)),
+                             torch.full((64,), 4))
+        model = Net().to(device)
+        train(model, DataLoader(data, batch_size=16, shuffle=True),
+              torch.optim.SGD(model.parameters(), lr=0.1), device)
+    """)
+    assert codes(tmp_path, src) == []
+
+
 # ----------------------------------------------------------------------------- TL602
 def test_tensor_created_in_forward_without_device(tmp_path):
     src = """\
@@ -383,6 +407,18 @@ def test_lightning_train_dataloader_hook(tmp_path):
     assert out.count("shuffle=True") == 1
 
 
+def test_full_batch_loader_is_quiet(tmp_path):
+    src = prog("""\
+    def fit(model, optimizer, data):
+        train_loader = DataLoader(data, batch_size=len(data))
+        for x, y in train_loader:
+            optimizer.zero_grad()
+            nn.functional.cross_entropy(model(x), y).backward()
+            optimizer.step()
+    """)
+    assert codes(tmp_path, src) == []
+
+
 # ----------------------------------------------------------------------------- TL702
 def test_argmax_without_dim_compared_with_labels(tmp_path):
     src = prog("""\
@@ -404,6 +440,18 @@ def test_argmax_without_dim_compared_with_labels(tmp_path):
     assert codes(tmp_path, src) == [("TL702", line_of(src, "pred = logits.argmax()"))]
     out, _ = fixed(tmp_path, src, "TL702")
     assert "pred = logits.argmax(dim=1)" in out
+
+
+def test_flat_argmax_with_single_sample_batches_is_quiet(tmp_path):
+    src = prog("""\
+    def predict_one_by_one(model, data):
+        correct = 0
+        with torch.no_grad():
+            for x, y in DataLoader(data):
+                correct += int(model(x).argmax() == y)
+        return correct
+    """)
+    assert codes(tmp_path, src) == []
 
 
 # ----------------------------------------------------------------------------- TL801

@@ -268,15 +268,20 @@ def _worker(args):
         return r
 
 
-def _map(tasks, jobs: int):
+def _map(tasks, jobs: int, progress=None):
+    def tick(r):
+        if progress is not None:
+            progress(1)
+        return r
+
     if jobs <= 1 or len(tasks) < 4:
-        return [_worker(t) for t in tasks]
+        return [tick(_worker(t)) for t in tasks]
     chunk = max(1, min(64, len(tasks) // (jobs * 8) or 1))
     try:
         with ProcessPoolExecutor(max_workers=jobs) as pool:
-            return list(pool.map(_worker, tasks, chunksize=chunk))
+            return [tick(r) for r in pool.map(_worker, tasks, chunksize=chunk)]
     except (OSError, RuntimeError):
-        return [_worker(t) for t in tasks]
+        return [tick(_worker(t)) for t in tasks]
 
 
 def build_project_modules(files) -> dict:
@@ -341,8 +346,10 @@ def _queried_unparsed(project: ProjectIndex, files, results) -> list:
     return sorted(out)
 
 
-def run(files, opts: LintOptions, jobs: int = 1, cache=None) -> list:
-    """Lint ``files``; returns FileResults in the order of ``files``."""
+def run(files, opts: LintOptions, jobs: int = 1, cache=None, progress=None) -> list:
+    """Lint ``files``; returns FileResults in the order of ``files``.
+
+    ``progress``, if given, is called with 1 for each file of the first pass."""
     project = ProjectIndex.for_files(files)
     project.called = set()
     project.called_under_no_grad = set()
@@ -357,11 +364,14 @@ def run(files, opts: LintOptions, jobs: int = 1, cache=None) -> list:
     # pass 1: knowing the module names of the tree but no summaries
     empty = ProjectIndex.for_files(files)
     empty.called, empty.called_under_no_grad = set(), set()
-    for i, r in zip(todo, _map([(files[i], opts, empty) for i in todo], jobs)):
+    if progress is not None and len(todo) < len(files):
+        progress(len(files) - len(todo))
+    for i, r in zip(todo, _map([(files[i], opts, empty) for i in todo], jobs, progress)):
         r.answers = _answers(empty, r.queries)
         results[i] = r
     # later passes: re-lint the files whose cross-module answers changed
     full_opts = None
+    relinted: set = set()
     for _ in range(3):
         _merge(project, results)
         # a module other modules ask about but the prefilter skipped (a helper with no
@@ -383,8 +393,10 @@ def run(files, opts: LintOptions, jobs: int = 1, cache=None) -> list:
         for i, r in zip(again, _map([(files[i], opts, project) for i in again], jobs)):
             r.answers = _answers(project, r.queries)
             results[i] = r
+            relinted.add(i)
     if cache is not None:
+        fresh = set(todo) | relinted
         for i, f in enumerate(files):
-            if i in set(todo) or True:
+            if i in fresh:
                 cache.put(f, opts, results[i])
     return results

@@ -43,9 +43,12 @@ class Fix:
     message: str
     edits: tuple[Edit, ...]
     applicability: str = SAFE  # SAFE or UNSAFE
+    # notebooks: the code cell (1-based) the edits' cell-relative positions refer to
+    cell: Optional[int] = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            **({"cell": self.cell} if self.cell is not None else {}),
             "applicability": self.applicability,
             "message": self.message,
             "edits": [
@@ -125,6 +128,7 @@ class Finding:
                     for e in f["edits"]
                 ),
                 f["applicability"],
+                f.get("cell"),
             )
         return cls(
             code=d["code"],

@@ -51,21 +51,36 @@ def _indent_unit(mm) -> str:
     return "    "
 
 
-def insert_before_stmt(mm, op, code: str, message: str, applicability: str) -> Optional[Fix]:
-    stmt = op.stmt if op.stmt is not None else op.node
-    line = mm.span_of(stmt)[0]
-    ind = _indent_of(mm, line)
+def _above_comments(mm, stmt, line: int) -> int:
+    """The first line of the comment block directly above ``stmt`` (its ``leading_lines``).
+
+    Code inserted "before a statement" goes above the comments that describe it, so the
+    comment stays attached to its statement.
+    """
+    for el in reversed(list(getattr(stmt, "leading_lines", ()) or ())):
+        if getattr(el, "comment", None) is None or line <= 1:
+            break
+        line -= 1
+    return line
+
+
+def _insert_before(mm, stmt, code: str, message: str, applicability: str) -> Fix:
+    first = mm.span_of(stmt)[0]
+    ind = _indent_of(mm, first)
+    line = _above_comments(mm, stmt, first)
     return Fix(message, (Edit(Position(line, 0), Position(line, 0), f"{ind}{code}{_eol(mm)}"),), applicability)
+
+
+def insert_before_stmt(mm, op, code: str, message: str, applicability: str) -> Optional[Fix]:
+    stmt = getattr(op, "stmt", None) or getattr(op, "node", None) or op
+    return _insert_before(mm, stmt, code, message, applicability)
 
 
 def insert_first_in_loop(mm, loop, code: str, message: str, applicability: str) -> Optional[Fix]:
     body = loop.node.body
     if not isinstance(body, cst.IndentedBlock) or not body.body:
         return None
-    first = body.body[0]
-    line = mm.span_of(first)[0]
-    ind = _indent_of(mm, line)
-    return Fix(message, (Edit(Position(line, 0), Position(line, 0), f"{ind}{code}{_eol(mm)}"),), applicability)
+    return _insert_before(mm, body.body[0], code, message, applicability)
 
 
 def insert_before_loop_or_stmt(mm, fn, op, code: str, message: str, applicability: str) -> Optional[Fix]:
@@ -74,10 +89,7 @@ def insert_before_loop_or_stmt(mm, fn, op, code: str, message: str, applicabilit
     while loop is not None and loop.parent is not None:
         loop = loop.parent
     target = loop.node if loop is not None else (op.stmt or op.node)
-    # step out of a `with torch.no_grad():` that wraps the loop directly
-    line = mm.span_of(target)[0]
-    ind = _indent_of(mm, line)
-    return Fix(message, (Edit(Position(line, 0), Position(line, 0), f"{ind}{code}{_eol(mm)}"),), applicability)
+    return _insert_before(mm, target, code, message, applicability)
 
 
 def _string_interior_lines(mm) -> set:
@@ -234,7 +246,7 @@ def move_statement(mm, stmt, anchor, message: str, applicability: str, after: bo
         return None
     asl, _, ael, _ = mm.span_of(anchor)
     ind = _indent_of(mm, asl)
-    line = ael + 1 if after else asl
+    line = ael + 1 if after else _above_comments(mm, anchor, asl)
     sl, _, el, _ = mm.span_of(stmt)
     if sl <= line <= el + 1 and (line == sl or line == el + 1):
         return None  # already there

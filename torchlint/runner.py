@@ -29,6 +29,7 @@ class Runner:
         self.verbose = verbose
         self.progress = progress
         self.had_error = False
+        self._color = False
 
     def files(self, paths):
         d = discover(paths, exclude=list(self.cfg.exclude) + list(self.cfg.extend_exclude),
@@ -40,7 +41,12 @@ class Runner:
         return d.files
 
     def lint(self, files) -> list:
-        results = run(files, self.opts, jobs=self.jobs, cache=self.cache)
+        bar = _Progress(len(files)) if self.progress and _Progress.wanted(len(files)) else None
+        try:
+            results = run(files, self.opts, jobs=self.jobs, cache=self.cache, progress=bar)
+        finally:
+            if bar is not None:
+                bar.close()
         findings = []
         for r in results:
             if r.error:
@@ -112,7 +118,7 @@ class Runner:
                 fh.write(out)
             os.replace(tmp, output_file)
         else:
-            click.echo(out, nl=False)
+            click.echo(out, nl=False, color=bool(self._color))
         if self.had_error:
             return EXIT_ERROR
         if findings and not exit_zero:
@@ -127,6 +133,7 @@ class Runner:
                 color = sys.stdout.isatty() and not os.environ.get("NO_COLOR") and not output_file
             elif os.environ.get("NO_COLOR"):
                 color = False
+            self._color = color
             out = WRITERS["text"](findings, color=color)
             if quiet:
                 out = "".join(line + "\n" for line in out.splitlines() if ": TL" in line or line.startswith("    "))
@@ -134,3 +141,30 @@ class Runner:
         if fmt == "sarif":
             return WRITERS["sarif"](findings, root=self.cfg.root if self.cfg.path else os.getcwd())
         return WRITERS[fmt](findings)
+
+
+class _Progress:
+    """A progress bar on stderr, only when stderr is a terminal and the run is long."""
+
+    MIN_FILES = 20
+
+    @classmethod
+    def wanted(cls, n: int) -> bool:
+        return n >= cls.MIN_FILES and sys.stderr.isatty() and os.environ.get("TERM") != "dumb"
+
+    def __init__(self, total: int):
+        self.total, self.done, self._last = total, 0, -1
+
+    def __call__(self, n: int) -> None:
+        self.done += n
+        pct = int(100 * self.done / max(self.total, 1))
+        if pct != self._last:
+            self._last = pct
+            width = 30
+            fill = width * self.done // max(self.total, 1)
+            sys.stderr.write(f"\r[{'#' * fill}{' ' * (width - fill)}] {self.done}/{self.total} files")
+            sys.stderr.flush()
+
+    def close(self) -> None:
+        sys.stderr.write("\r" + " " * 60 + "\r")
+        sys.stderr.flush()

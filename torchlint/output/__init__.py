@@ -11,6 +11,25 @@ from ..rule import all_rules
 FORMATS = ("text", "concise", "json", "json-lines", "github", "sarif", "lsp")
 
 
+_NB_CACHE: dict = {}
+
+
+def notebook_raw_line(f: Finding) -> int:
+    """For a finding in a notebook cell, its line in the .ipynb file (editors open that)."""
+    if f.cell is None:
+        return f.line
+    nb = _NB_CACHE.get(f.path)
+    if nb is None:
+        try:
+            from ..notebook import load
+
+            nb = load(f.path)
+        except Exception:
+            return f.line
+        _NB_CACHE[f.path] = nb
+    return nb.raw_lines.get((f.cell, f.line), f.line)
+
+
 def _utf16_col(line_text: str, col: int) -> int:
     return len(line_text[:col].encode("utf-16-le")) // 2
 
@@ -144,8 +163,13 @@ def write_sarif(findings, root=".", **_) -> str:
         })
     results = []
     for f in findings:
-        region = {"startLine": f.line, "startColumn": f.column + 1,
-                  "endLine": f.span.end.line, "endColumn": f.span.end.column + 1}
+        if f.cell is not None:
+            raw = notebook_raw_line(f)
+            region = {"startLine": raw, "startColumn": f.column + 1,
+                      "endLine": raw + (f.span.end.line - f.line), "endColumn": f.span.end.column + 1}
+        else:
+            region = {"startLine": f.line, "startColumn": f.column + 1,
+                      "endLine": f.span.end.line, "endColumn": f.span.end.column + 1}
         res = {
             "ruleId": f.code,
             "ruleIndex": index[f.code],
@@ -157,7 +181,7 @@ def write_sarif(findings, root=".", **_) -> str:
             "partialFingerprints": {"torchlint/v1": f.fingerprint or f"{f.code}:{f.line}"},
         }
         if f.cell is not None:
-            res["properties"] = {"cell": f.cell}
+            res["properties"] = {"cell": f.cell, "cellLine": f.line}
         if f.related:
             res["relatedLocations"] = [
                 {"id": i, "message": {"text": r.message}, "physicalLocation": {
@@ -189,10 +213,11 @@ def lsp_diagnostic(f: Finding, text_lines=None) -> dict:
         return c
 
     rules = all_rules()
+    off = notebook_raw_line(f) - f.line if f.cell is not None else 0
     d = {
         "range": {
-            "start": {"line": f.line - 1, "character": col(f.line, f.column)},
-            "end": {"line": f.span.end.line - 1, "character": col(f.span.end.line, f.span.end.column)},
+            "start": {"line": f.line - 1 + off, "character": col(f.line, f.column)},
+            "end": {"line": f.span.end.line - 1 + off, "character": col(f.span.end.line, f.span.end.column)},
         },
         "severity": 1 if f.severity == "error" else 2,
         "code": f.code,
@@ -203,6 +228,8 @@ def lsp_diagnostic(f: Finding, text_lines=None) -> dict:
     }
     if f.dynamic:
         d["data"]["dynamic"] = f.dynamic
+    if f.cell is not None:
+        d["data"]["cell"] = f.cell
     return d
 
 
@@ -210,6 +237,9 @@ def write_lsp(findings, texts=None, **_) -> str:
     out: dict = {}
     for f in findings:
         lines = None
+        if f.cell is not None:
+            out.setdefault("file://" + os.path.abspath(f.path), []).append(lsp_diagnostic(f, None))
+            continue
         if texts is not None:
             lines = texts.get(f.path)
         if lines is None:

@@ -1,0 +1,404 @@
+"""Loop-order (TL101-TL105) and mode (TL201-TL204) rules on short training programs."""
+import textwrap
+
+import pytest
+
+SEL = ("TL1", "TL2")
+
+
+@pytest.fixture
+def lint(lint_source):
+    def _lint(src, name="train.py"):
+        return lint_source(textwrap.dedent(src), name=name, select=SEL)
+    return _lint
+
+
+@pytest.fixture
+def messages(tmp_path):
+    from torchlint.engine import LintOptions, lint_text
+    from torchlint.selection import enabled_codes
+
+    def _msgs(src, name="train.py"):
+        src = textwrap.dedent(src)
+        p = tmp_path / name
+        p.write_text(src)
+        res = lint_text(str(p), src, LintOptions(frozenset(enabled_codes(list(SEL), [], []))),
+                        module_name=name[:-3])
+        return [(f.code, f.line, f.message) for f in res.findings]
+    return _msgs
+
+
+HEADER = """
+import torch
+import torch.nn as nn
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 2)
+        self.drop = nn.Dropout(0.1)
+
+    def forward(self, x):
+        return self.fc(self.drop(x))
+"""
+
+
+# ------------------------------------------------------------------------ TL101
+def test_step_before_backward_in_a_step_function(lint):
+    src = HEADER + """
+class Trainer:
+    def __init__(self, model, optimizer):
+        self.model, self.optimizer = model, optimizer
+
+    def train_step(self, x, y):
+        loss = nn.functional.cross_entropy(self.model(x), y)
+        self.optimizer.step()
+        self.optimizer.zero_grad()
+        loss.backward()
+        return loss.item()
+"""
+    assert lint(src) == [("TL101", 20)]
+
+
+def test_lbfgs_closure_is_not_step_before_backward(lint):
+    src = HEADER + """
+def fit(x, y):
+    model = Net()
+    optimizer = torch.optim.LBFGS(model.parameters(), lr=0.5)
+    for i in range(10):
+        def closure():
+            optimizer.zero_grad()
+            loss = nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            return loss
+        optimizer.step(closure)
+"""
+    assert lint(src) == []
+
+
+# ------------------------------------------------------------------------ TL102
+def test_model_zero_grad_of_the_other_gan_network_is_not_a_clear_before_step(lint):
+    src = HEADER + """
+def train(loader, nz=8):
+    netG, netD = Net(), Net()
+    optG = torch.optim.Adam(netG.parameters())
+    optD = torch.optim.Adam(netD.parameters())
+    for real, _ in loader:
+        netD.zero_grad()
+        fake = netG(torch.randn(real.size(0), nz))
+        lossD = netD(real).mean() - netD(fake.detach()).mean()
+        lossD.backward()
+        optD.step()
+        netG.zero_grad()
+        lossG = -netD(fake).mean()
+        lossG.backward()
+        optG.step()
+"""
+    assert lint(src) == []
+
+
+def test_zero_grad_every_micro_batch_with_accumulation(messages):
+    src = HEADER + """
+def train(loader, accum_steps=4):
+    model = Net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for i, (x, y) in enumerate(loader):
+        optimizer.zero_grad()
+        loss = nn.functional.cross_entropy(model(x), y) / accum_steps
+        loss.backward()
+        if (i + 1) % accum_steps == 0:
+            optimizer.step()
+"""
+    got = messages(src)
+    assert [(c, ln) for c, ln, _ in got] == [("TL102", 18)]
+    assert "accumulation condition at line 21" in got[0][2]
+
+
+# ------------------------------------------------------------------------ TL103
+def test_model_zero_grad_of_one_network_does_not_clear_the_other(messages):
+    src = HEADER + """
+def train(loader, nz=8):
+    netG, netD = Net(), Net()
+    optG = torch.optim.Adam(netG.parameters())
+    optD = torch.optim.Adam(netD.parameters())
+    for real, _ in loader:
+        netD.zero_grad()
+        fake = netG(torch.randn(real.size(0), nz))
+        lossD = netD(real).mean() - netD(fake.detach()).mean()
+        lossD.backward()
+        optD.step()
+        lossG = -netD(fake).mean()
+        lossG.backward()
+        optG.step()
+"""
+    got = messages(src)
+    assert [(c, ln) for c, ln, _ in got] == [("TL103", 28)]
+    assert "`netD.zero_grad()` at line 20" in got[0][2] and "`netG`" in got[0][2]
+
+
+def test_distributed_autograd_needs_no_clearing(lint):
+    src = HEADER + """
+import torch.distributed.autograd as dist_autograd
+from torch.distributed.optim import DistributedOptimizer
+
+def train(model, rrefs, loader):
+    opt = DistributedOptimizer(torch.optim.SGD, rrefs, lr=0.05)
+    for x, y in loader:
+        with dist_autograd.context() as context_id:
+            loss = nn.functional.cross_entropy(model(x), y)
+            dist_autograd.backward(context_id, [loss])
+            opt.step(context_id)
+"""
+    assert lint(src) == []
+
+
+def test_clearing_only_in_the_epoch_loop_still_fires(lint):
+    src = HEADER + """
+def train(loader, epochs=2):
+    model = Net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(epochs):
+        optimizer.zero_grad()
+        for x, y in loader:
+            nn.functional.cross_entropy(model(x), y).backward()
+            optimizer.step()
+"""
+    assert lint(src) == [("TL103", 22)]
+
+
+# ------------------------------------------------------------------------ TL104
+def test_backward_in_a_helper_that_nobody_steps(messages):
+    src = HEADER + """
+class Trainer:
+    def __init__(self, model, optimizer):
+        self.model, self.optimizer = model, optimizer
+
+    def training_step(self, x, y):
+        self.optimizer.zero_grad()
+        loss = nn.functional.cross_entropy(self.model(x), y)
+        loss.backward()
+        return loss.item()
+
+    def fit(self, loader):
+        for x, y in loader:
+            self.training_step(x, y)
+"""
+    got = messages(src)
+    assert [(c, ln) for c, ln, _ in got] == [("TL104", 21)]
+    assert "`training_step()`, called in the loop at line 26" in got[0][2]
+
+
+def test_saliency_backward_without_optimizer_is_quiet(lint):
+    src = HEADER + """
+def saliency(model, loader):
+    model.eval()
+    maps = []
+    for x, y in loader:
+        x.requires_grad_(True)
+        model(x).gather(1, y[:, None]).sum().backward()
+        maps.append(x.grad.abs())
+    return maps
+"""
+    assert lint(src) == []
+
+
+# ------------------------------------------------------------------------ TL105
+def test_scheduler_stepped_in_epoch_start_hook(lint):
+    src = HEADER + """
+class Trainer:
+    def __init__(self, model, optimizer, scheduler):
+        self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
+
+    def on_epoch_start(self):
+        self.scheduler.step()
+
+    def train_epoch(self, loader):
+        for x, y in loader:
+            self.optimizer.zero_grad()
+            nn.functional.cross_entropy(self.model(x), y).backward()
+            self.optimizer.step()
+
+    def fit(self, loader, epochs):
+        for epoch in range(epochs):
+            self.model.train()
+            self.on_epoch_start()
+            self.train_epoch(loader)
+"""
+    assert lint(src) == [("TL105", 19)]
+
+
+def test_plateau_scheduler_after_validation_is_quiet(lint):
+    src = HEADER + """
+def main(loader, val_loader, epochs=3):
+    model = Net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer)
+    for epoch in range(epochs):
+        model.train()
+        for x, y in loader:
+            optimizer.zero_grad()
+            nn.functional.cross_entropy(model(x), y).backward()
+            optimizer.step()
+        model.eval()
+        with torch.no_grad():
+            val = sum(nn.functional.cross_entropy(model(x), y).item() for x, y in val_loader)
+        scheduler.step(val)
+"""
+    assert lint(src) == []
+
+
+# ------------------------------------------------------------------------ TL201
+def test_eval_helper_is_reported_at_its_forward(messages):
+    src = HEADER + """
+@torch.no_grad()
+def evaluate(model, loader):
+    return sum((model(x).argmax(1) == y).sum().item() for x, y in loader)
+
+def main(loader):
+    model = Net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        model.train()
+        for x, y in loader:
+            optimizer.zero_grad()
+            nn.functional.cross_entropy(model(x), y).backward()
+            optimizer.step()
+        print(evaluate(model, loader))
+"""
+    got = messages(src)
+    assert [(c, ln) for c, ln, _ in got] == [("TL201", 16)]
+    assert "the call at line 28" in got[0][2] and "`model.train()` at line 23" in got[0][2]
+
+
+def test_model_without_dropout_or_batchnorm_is_quiet(lint):
+    src = """
+import torch
+import torch.nn as nn
+
+model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in [(torch.randn(2, 4), torch.tensor([0, 1]))]:
+    optimizer.zero_grad()
+    nn.functional.cross_entropy(model(x), y).backward()
+    optimizer.step()
+with torch.no_grad():
+    print(model(torch.randn(2, 4)))
+"""
+    assert lint(src) == []
+    assert lint(src.replace("nn.ReLU()", "nn.Dropout(0.5)")) == [("TL201", 12)]
+
+
+def test_unit_tests_are_not_evaluation_code(lint):
+    src = HEADER + """
+def test_forward_shape():
+    model = Net()
+    with torch.no_grad():
+        assert model(torch.randn(2, 8)).shape == (2, 2)
+"""
+    assert lint(src, name="test_net.py") == []
+    assert lint(src, name="train.py") == [("TL201", 17)]
+
+
+# ------------------------------------------------------------------------ TL202
+def test_frozen_encoder_kept_in_eval_mode_is_quiet(lint):
+    src = HEADER + """
+class Probe:
+    def __init__(self, encoder, head, optimizer):
+        self.encoder, self.head, self.optimizer = encoder, head, optimizer
+        self.encoder.requires_grad_(False)
+
+    def train_step(self, x, y):
+        with torch.no_grad():
+            feats = self.encoder(x)
+        loss = nn.functional.cross_entropy(self.head(feats), y)
+        self.optimizer.zero_grad()
+        loss.backward()
+        self.optimizer.step()
+
+    def fit(self, loader):
+        for epoch in range(2):
+            self.encoder.eval()
+            self.head.train()
+            for x, y in loader:
+                self.train_step(x, y)
+"""
+    assert lint(src) == []
+
+
+def test_evaluate_in_epoch_loop_without_train(messages):
+    src = HEADER + """
+def evaluate(model, loader):
+    model.eval()
+    with torch.no_grad():
+        return [model(x) for x, _ in loader]
+
+def main(loader):
+    model = Net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model.train()
+    for epoch in range(3):
+        for x, y in loader:
+            optimizer.zero_grad()
+            nn.functional.cross_entropy(model(x), y).backward()
+            optimizer.step()
+        evaluate(model, loader)
+"""
+    got = messages(src)
+    assert [(c, ln) for c, ln, _ in got] == [("TL202", 27)]
+    assert "`evaluate()` at train.py:14" in got[0][2]
+
+
+def test_phase_loop_with_set_grad_enabled_is_quiet(lint):
+    src = HEADER + """
+def train_model(model, loaders, optimizer, epochs):
+    for epoch in range(epochs):
+        for phase in ["train", "val"]:
+            if phase == "train":
+                model.train()
+            else:
+                model.eval()
+            for x, y in loaders[phase]:
+                optimizer.zero_grad()
+                with torch.set_grad_enabled(phase == "train"):
+                    loss = nn.functional.cross_entropy(model(x), y)
+                    if phase == "train":
+                        loss.backward()
+                        optimizer.step()
+"""
+    assert lint(src) == []
+
+
+# ------------------------------------------------------------------------ TL203 / TL204
+def test_validation_loop_nested_in_epoch_loop_without_no_grad(lint):
+    src = HEADER + """
+def main(loader, val_loader):
+    model = Net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        model.train()
+        for x, y in loader:
+            optimizer.zero_grad()
+            nn.functional.cross_entropy(model(x), y).backward()
+            optimizer.step()
+        model.eval()
+        for x, y in val_loader:
+            print(model(x).argmax(1))
+"""
+    assert lint(src) == [("TL203", 25)]
+
+
+def test_helper_with_enable_grad_called_under_no_grad_is_quiet(lint):
+    src = HEADER + """
+def input_gradients(model, x):
+    with torch.enable_grad():
+        x = x.detach().requires_grad_(True)
+        model(x).sum().backward()
+    return x.grad
+
+@torch.no_grad()
+def explain(model, loader):
+    model.eval()
+    return [input_gradients(model, x) for x, _ in loader]
+"""
+    assert lint(src) == []
+    assert lint(src.replace("    with torch.enable_grad():\n", "    if True:\n")) == [("TL204", 24)]
