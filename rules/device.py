@@ -4,7 +4,7 @@ from __future__ import annotations
 import libcst as cst
 
 from torchlint.model import catalog, resources
-from torchlint.model.ir import FORWARD, LOSS, CallOp, walk
+from torchlint.model.ir import FORWARD, LOSS, MOVE, CallOp, walk
 from torchlint.model.queries import analysable_functions
 from torchlint.rule import Report, Rule
 
@@ -93,8 +93,10 @@ for x, y in loader:
     fix_doc = (
         "Wraps the argument in `.to(device)` with the device expression the model was moved "
         "with (`.cuda()` if it was moved with `.cuda()`; `next(model.parameters()).device` "
-        "when that expression is not visible where the batch is used). Unsafe: moving inside "
-        "the call leaves other uses of the CPU tensor (metrics, the loss) where they were."
+        "when that expression is not visible where the batch is used). When a `x.to(device)` "
+        "statement discarded its result, the fix assigns it instead (`x = x.to(device)`). "
+        "Unsafe: moving inside the call leaves other uses of the CPU tensor (metrics, the "
+        "loss) where they were."
     )
     references = ("https://pytorch.org/tutorials/beginner/blitz/cifar10_tutorial.html#training-on-gpu",)
     triggers = (b".to(", b".cuda(")
@@ -156,7 +158,8 @@ for x, y in loader:
                     msg = (f"`{name}` comes from the loader on the CPU but reaches {target} {moved} "
                            f"(`{moved_with}` at {where}); move it with `.to(device)`")
                 reported.add(id(op.loop))
-                yield Report(op.node, msg, fix=_fix_601(fn, a, mv, model), scope=fn.qualname)
+                yield Report(op.node, msg, fix=_fix_601(fn, a, mv, model, "moved_inplace" in facts),
+                             scope=fn.qualname)
 
 
 def _visible(mm, fn, expr) -> bool:
@@ -181,14 +184,22 @@ def _visible(mm, fn, expr) -> bool:
     return True
 
 
-def _fix_601(fn, arg, mv, model):
+def _fix_601(fn, arg, mv, model, inplace=False):
     def make(mm):
         from torchlint.fixes import replace_node
+        from torchlint.model.dataflow import _is_statement_call
 
-        if arg.star:
-            return None
         v = arg.value
         code = mm.code_for(v)
+        if inplace:
+            # `x.to(device)` on its own line: assign its result instead
+            for o in walk(fn.body):
+                if isinstance(o, CallOp) and o.kind == MOVE and o.recv == code.strip() and \
+                        _is_statement_call(o) and mm.line_of(o.node) < mm.line_of(v):
+                    new = f"{o.recv} = {mm.code_for(o.node)}"
+                    return replace_node(mm, o.node, new, f"Assign the moved tensor: `{new}`", "unsafe")
+        if arg.star:
+            return None
         if not isinstance(v, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)):
             code = f"({code})"
         if mv.cuda:

@@ -27,7 +27,9 @@ def _origin_text(mm, origin) -> str:
     if isinstance(origin, tuple):
         text, node = origin
         return f"{text} at line {mm.line_of(node)}"
-    return str(origin)
+    text = str(origin)
+    here = f" at {mm.display_path}:"
+    return text.replace(here, " at line ") if here in text else text  # a helper of this module
 
 
 def _in_training(mm, op) -> bool:

@@ -32,6 +32,15 @@ def _ids(findings):
     return {(f.code, f.fingerprint) for f in findings}
 
 
+_FIXED: dict = {}
+
+
+def _fix_pair(path):
+    if path not in _FIXED:
+        _FIXED[path] = fix_text(path, _read(path), OPTS, unsafe=True)
+    return _FIXED[path]
+
+
 # ------------------------------------------------------------------ fixture pairs
 @pytest.mark.parametrize("path", PAIRS, ids=[os.path.basename(p) for p in PAIRS])
 def test_fixture_pair(path):
@@ -40,7 +49,7 @@ def test_fixture_pair(path):
     before = _lint(path, original)
     fixable = [f for f in before if f.fix is not None]
     assert fixable, "a pair must exercise at least one fix"
-    res = fix_text(path, original, OPTS, unsafe=True)
+    res = _fix_pair(path)
     cst.parse_module(res.fixed)  # the fixed program parses
     assert res.fixed == expected
     # the fixed findings are gone
@@ -57,7 +66,7 @@ def test_pairs_cover_the_loop_order_and_mode_fixes():
 
     covered = set()
     for p in PAIRS:
-        covered |= {a.code for a in fix_text(p, _read(p), OPTS, unsafe=True).applied}
+        covered |= {a.code for a in _fix_pair(p).applied}
     with_fixes = {c for c, r in all_rules().items() if r.fix_safety and c[:3] in ("TL1", "TL2")}
     assert with_fixes - covered == set()
 

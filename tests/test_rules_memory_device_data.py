@@ -216,6 +216,8 @@ def test_to_on_its_own_line_does_not_move_a_tensor(tmp_path):
     found = _lint(tmp_path, src)[1]
     assert [(f.code, f.line) for f in found] == [("TL601", line_of(src, "criterion(model(x), y)"))]
     assert "own line" in found[0].message
+    out, _ = fixed(tmp_path, src, "TL601")
+    assert "x = x.to(device); y = y.to(device)" in out
 
 
 def test_labels_left_on_the_cpu_reach_the_loss(tmp_path):

@@ -182,6 +182,10 @@ def lint_text(path: str, text: str, opts: LintOptions, project: Optional[Project
             traceback.print_exc()
     res.queries = sorted(mm.external_queries)
     res.findings = _suppress(findings, text, opts, shown)
+    bad = _unknown_noqa_codes(text)
+    if bad:
+        res.error = "; ".join(f"{shown}:{line}: unknown rule code `{code}` in `# noqa` (expected a code "
+                              "listed by `torchlint rules`)" for line, code in bad)
     return res
 
 
@@ -210,6 +214,14 @@ def _finding(mm, rule, rep) -> Finding:
     fp = hashlib.sha1(f"{rule.code}|{rep.scope}|{line_text}".encode()).hexdigest()[:16]
     return Finding(rule.code, rule.name, rep.message, mm.display_path, Span.of(sl, sc, el, ec),
                    rule.severity, fix, tuple(rep.related), fingerprint=fp, scope=rep.scope)
+
+
+def _unknown_noqa_codes(text: str) -> list:
+    if "TL" not in text:
+        return []
+    known = all_rules()
+    _, directives = parse_noqa(text)
+    return [(d.line, c) for d in directives.values() for c in d.codes if c.startswith("TL") and c not in known]
 
 
 def _suppress(findings, text, opts, shown) -> list:

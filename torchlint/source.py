@@ -25,11 +25,15 @@ def decode(data: bytes, path: str = "<string>") -> SourceFile:
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
     except SyntaxError as exc:
+        if "encoding" in str(exc) and b"coding" not in data[:400]:
+            raise SourceError(f"{path}: not valid UTF-8 (and no encoding declaration)") from None
         raise SourceError(f"{path}: cannot determine the encoding: {exc}") from None
     try:
         text = data.decode(encoding)
     except (UnicodeDecodeError, LookupError) as exc:
-        raise SourceError(f"{path}: not valid {encoding}: {exc}") from None
+        name = "UTF-8" if encoding.lower().replace("_", "-") in ("utf-8", "utf8", "utf-8-sig") else encoding
+        raise SourceError(f"{path}: not valid {name}: {exc.reason} at byte {exc.start}"
+                          if isinstance(exc, UnicodeDecodeError) else f"{path}: unknown encoding {encoding!r}") from None
     if text.startswith("\ufeff"):
         text = text[1:]
     if encoding == "utf-8-sig":

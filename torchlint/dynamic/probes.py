@@ -1007,7 +1007,7 @@ class Probes(TorchFunctionMode):
             out.append(dict(codes=["TL501", "TL502"], names=[name], scope=list(scope),
                             sites=[[scope[0], scope[1], scope[2]]],
                             evidence=(f"steps {best[0][0]}–{best[-1][0]}: `{name}` kept the autograd graph of "
-                                      f"every step: {' → '.join(str(c) for _, c, _ in best)} graph nodes "
+                                      f"every step: {_series(best)} graph nodes "
                                       f"reachable from it after each backward"
                                       f"{' (tensors of ' + str(dims) + ' dims)' if dims else ''}{mem}")))
         return out
@@ -1051,6 +1051,13 @@ class _Spellings:
             r = os.path.abspath(name) in self.targets if not name.startswith("<") else False
             self.cache[name] = r
         return r
+
+
+def _series(run) -> str:
+    vals = [str(c) for _, c, _ in run]
+    if len(vals) > 7:
+        vals = vals[:3] + ["…"] + vals[-3:]
+    return " → ".join(vals)
 
 
 def _count_nodes(roots, limit=200000):

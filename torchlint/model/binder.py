@@ -285,6 +285,10 @@ class Binder:
                     self._expr(v)
 
     def _record_self_attr(self, target, stmt) -> None:
+        if isinstance(target, (cst.Tuple, cst.List)):  # self.model, self.opt = model, opt
+            for el in target.elements:
+                self._record_self_attr(el.value, stmt)
+            return
         d = dotted(target) if isinstance(target, cst.Attribute) else None
         if d and d.startswith("self.") and d.count(".") == 1:
             self._cls.attr_values.setdefault(d, []).append(self._out[-1])

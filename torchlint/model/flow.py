@@ -117,7 +117,9 @@ class ModeFlow:
                 cur = nxt
             # record the states with the fixpoint input
             out = self._block(op.body, cur)
-            res = _join_entry(st, out, self)
+            # training and evaluation loops run at least once: the mode after the loop is the
+            # mode its body leaves (an epoch loop ending in eval() leaves the model in eval)
+            res = out
             if op.orelse:
                 res = self._block(op.orelse, res)
             return res
@@ -143,6 +145,8 @@ def _freshly_built(mm, value) -> bool:
     if not d:
         return False
     q = mm.qualify(d) or ""
+    if q.endswith(".from_pretrained") or d.endswith(".from_pretrained"):
+        return False  # transformers returns pretrained models in eval mode: not a fresh train-mode model
     if catalog.role_of_constructor(q)[0] == catalog.MODEL:
         return True  # nn.Linear(...), torchvision.models.resnet18(), timm.create_model(...)
     cls = mm.find_class(d)

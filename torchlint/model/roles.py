@@ -192,7 +192,8 @@ class RoleResolver:
         for path, ops in cls.attr_values.items():
             for op in ops:
                 fn = self._fn_of_class_op(cls, op)
-                role = self.of_expr(fn, op.value) if op.value is not None else (None, None)
+                value = _value_bound_to(op, path) if op.value is not None else None
+                role = self.of_expr(fn, value) if value is not None else (None, None)
                 if role[0] is not None:
                     r[path] = role
                     break
@@ -569,8 +570,13 @@ class ModeSensitivity:
             if q and q.startswith("torch.nn.") and not q.startswith("torch.nn.functional."):
                 if self._call(fn, e):
                     return True
+                if q.rsplit(".", 1)[-1] not in ("Sequential", "ModuleList", "ModuleDict"):
+                    return False  # a layer: its arguments are sizes, not modules
                 return any(self.of_expr(fn, a.value, depth + 1) for a in e.args
-                           if isinstance(a.value, (cst.Call, cst.Name, cst.Attribute)))
+                           if isinstance(a.value, (cst.Call, cst.Name, cst.Attribute, cst.List,
+                                                   cst.Tuple, cst.Dict, cst.ListComp)))
+            if isinstance(func, cst.Name) and func.value in ("list", "tuple") and e.args:
+                return self.of_expr(fn, e.args[0].value, depth + 1)
             if q in _WRAPPERS and e.args:
                 return self.of_expr(fn, e.args[0].value, depth + 1)
             if d:
@@ -583,6 +589,15 @@ class ModeSensitivity:
                     return not rets or any(self.of_expr(target, v, depth + 1) for v in rets)
                 if q:
                     return self._external(d)
+            return True
+        if isinstance(e, (cst.List, cst.Tuple)):
+            return any(self.of_expr(fn, el.value, depth + 1) for el in e.elements)
+        if isinstance(e, cst.Dict):
+            return any(self.of_expr(fn, el.value, depth + 1) for el in e.elements
+                       if isinstance(el, cst.DictElement))
+        if isinstance(e, cst.ListComp):
+            return self.of_expr(fn, e.elt, depth + 1)
+        if isinstance(e, cst.StarredElement):
             return True
         if isinstance(e, (cst.Name, cst.Attribute)):
             d = dotted(e)
