@@ -21,3 +21,5 @@ def lint_source(tmp_path):
         return [(f.code, f.line) for f in res.findings]
 
     return _lint
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

@@ -37,13 +37,13 @@ def _fixed(src, findings, code):
 
 
 TRAIN_LOOP = """
-def train(model, loader, optimizer, criterion):
-    model.train()
-    for x, y in loader:
-        optimizer.zero_grad()
-        loss = criterion(model(x), y)
-        loss.backward()
-        optimizer.step()
+    def train(model, loader, optimizer, criterion):
+        model.train()
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss = criterion(model(x), y)
+            loss.backward()
+            optimizer.step()
 """
 
 
@@ -405,7 +405,7 @@ def test_sigmoid_model_into_bce_with_logits(lint):
 
         def forward(self, x):
             return torch.sigmoid(self.out(x)).squeeze(-1)
-    """ + TRAIN_LOOP + """
+""" + TRAIN_LOOP + """
     def main(loader):
         model = Churn()
         opt = torch.optim.Adam(model.parameters())
@@ -416,7 +416,7 @@ def test_sigmoid_model_into_bce_with_logits(lint):
     # reported once per criterion that expects logits: the helper is shared, so the kind is
     # ambiguous (BCELoss and BCEWithLogitsLoss passed) and nothing is reported
     assert findings == []
-    src_one = src.replace("        train(model, loader, opt, nn.BCELoss())\n", "")
+    src_one = src.replace("    train(model, loader, opt, nn.BCELoss())\n", "")
     assert lint(src_one) == [("TL402", 16)]
 
 

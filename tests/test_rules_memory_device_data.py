@@ -492,3 +492,26 @@ def test_rules_have_full_metadata():
         assert r.triggers
         if code != "TL801":
             assert r.fix_safety in ("safe", "unsafe") and r.fix_doc
+
+
+def test_batch_items_moved_by_assignment_are_quiet(tmp_path):
+    src = prog("""\
+    def train(model, loader, optimizer, device):
+        for batch in loader:
+            for key in batch.keys():
+                batch[key] = batch[key].to(device)
+            optimizer.zero_grad()
+            loss = model(batch["x"]).sum()
+            loss.backward()
+            optimizer.step()
+
+
+    def main():
+        device = torch.device("cuda")
+        loader = DataLoader(TensorDataset(torch.randn(64, 8)), batch_size=16, shuffle=True)
+        model = Net().to(device)
+        train(model, loader, torch.optim.SGD(model.parameters(), lr=0.1), device)
+    """)
+    assert codes(tmp_path, src) == []
+    assert codes(tmp_path, src.replace("batch[key] = batch[key].to(device)", "pass")) == [
+        ("TL601", line_of(src, 'model(batch["x"])'))]

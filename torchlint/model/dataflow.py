@@ -195,6 +195,9 @@ class Dataflow:
             env = dict(env)
             for t in op.targets:
                 self._bind(t, op.value, vf, env)
+                if isinstance(t, cst.Subscript) and "moved" in vf and dotted(t.value):
+                    # batch[k] = batch[k].to(device): the container's items are moved
+                    env[dotted(t.value)] = env.get(dotted(t.value), EMPTY) | {"moved_inplace"}
             return env
         if isinstance(op, ReturnOp):
             if op.value is not None:
@@ -308,9 +311,8 @@ class Dataflow:
             return self._call_facts(e, env)
         if tp is cst.Subscript:
             base = self.facts(e.value, env)
-            if "moved_inplace" in base and any(isinstance(el.slice, cst.Index) and
-                                               isinstance(el.slice.value, cst.SimpleString) for el in e.slice):
-                return base | {"moved"}  # batch["input_ids"] after batch.to(device)
+            if "moved_inplace" in base:
+                return base | {"moved"}  # batch["input_ids"] after batch.to(device) / batch[k] = ...
             return base
         if tp is cst.BinaryOperation:
             lf, rf = self.facts(e.left, env), self.facts(e.right, env)

@@ -1,0 +1,143 @@
+"""Time the dynamic mode: confirmation per finding, on CPU and on a GPU.
+
+    python benchmarks/dynamic_bench.py --device cpu [--device cuda] [--full] [--json out.json]
+
+For each device it reports:
+
+* the child interpreter's start-up (``import torch`` etc., CPU seconds) and, on CUDA, the
+  CUDA start-up (context creation and first allocation) apart;
+* the entry way: one grouped run over the buggy fixtures (one per rule, or all with
+  ``--full``), wall time per finding, and each script's own time inside the child;
+* the harness way over the findings it applies to;
+* a single finding confirmed alone (cold: a fresh child), the latency a user sees.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from torchlint.dynamic import confirm_findings, observe  # noqa: E402
+from torchlint.dynamic.plan import Source, harness_spec  # noqa: E402
+from torchlint.findings import Finding, Span  # noqa: E402
+
+try:
+    import tomllib
+except ImportError:  # pragma: no cover
+    import tomli as tomllib
+
+REQUIRED = ["TL101", "TL102", "TL103", "TL104", "TL201", "TL202", "TL204", "TL301", "TL401", "TL402", "TL403",
+            "TL501", "TL601", "TL602"]
+
+
+def cases(full: bool):
+    import glob
+
+    out, seen = [], set()
+    for exp in sorted(glob.glob(os.path.join(ROOT, "fixtures", "*", "expected.toml"))):
+        with open(exp, "rb") as fh:
+            table = tomllib.load(fh)
+        for rel, items in sorted(table.items()):
+            if not rel.startswith("bad/"):
+                continue
+            path = os.path.join(os.path.dirname(exp), rel)
+            for item in items:
+                code, line = item.split(":")
+                if code in REQUIRED and (full or code not in seen):
+                    seen.add(code)
+                    out.append((path, code, int(line)))
+    return out
+
+
+def finding(path, code, line):
+    return Finding(code, code, "", path, Span.of(line, 0, line, 1))
+
+
+def bench(device: str, full: bool, steps: int) -> dict:
+    cs = cases(full)
+    res = {"device": device, "findings": len(cs), "steps": steps}
+    # 1. per-script cost inside one child, and the start-up
+    t0 = time.perf_counter()
+    out = observe(sorted({c[0] for c in cs}), device=device, steps=steps, timeout=300, codes=REQUIRED)
+    res["observe_wall_s"] = round(time.perf_counter() - t0, 2)
+    res["child_startup_cpu_s"] = out.env.get("startup_cpu")
+    res["cuda_init_s"] = out.env.get("cuda_init_s")
+    res["gpu"] = out.env.get("gpu")
+    res["torch"] = out.env.get("torch")
+    if out.env.get("error"):
+        res["error"] = out.env["error"]
+        return res
+    secs = [j.seconds for j in out.jobs.values() if j.seconds is not None]
+    cpus = [j.detail.get("cpu") for j in out.jobs.values() if j.detail.get("cpu") is not None]
+    res["script_s"] = {"median": round(statistics.median(secs), 3), "max": round(max(secs), 3),
+                       "sum": round(sum(secs), 2)} if secs else None
+    res["script_cpu_s"] = {"median": round(statistics.median(cpus), 3), "sum": round(sum(cpus), 2)} if cpus else None
+    # 2. the entry way, grouped
+    fs = [finding(*c) for c in cs]
+    t0 = time.perf_counter()
+    confirm_findings(fs, [], device=device, steps=steps, timeout=300, way="entry")
+    wall = time.perf_counter() - t0
+    res["entry_wall_s"] = round(wall, 2)
+    res["entry_per_finding_s"] = round(wall / max(1, len(fs)), 3)
+    res["entry_verdicts"] = {v: sum(1 for f in fs if f.dynamic["verdict"] == v)
+                             for v in ("confirmed", "refuted", "not-reached")}
+    res["entry_detail"] = [{"finding": f"{os.path.relpath(f.path, ROOT)}:{f.code}:{f.line}",
+                            "verdict": f.dynamic["verdict"]} for f in fs]
+    # 3. the harness way
+    hs = [c for c in cs if harness_spec(c[0], Source.of(c[0]).enclosing(c[2])[0], c[1])[0] is not None]
+    hf = [finding(*c) for c in hs]
+    if hf:
+        t0 = time.perf_counter()
+        confirm_findings(hf, [], device=device, steps=steps, timeout=300, way="harness")
+        wall = time.perf_counter() - t0
+        res["harness_wall_s"] = round(wall, 2)
+        res["harness_per_finding_s"] = round(wall / len(hf), 3)
+        res["harness_verdicts"] = {v: sum(1 for f in hf if f.dynamic["verdict"] == v)
+                                   for v in ("confirmed", "refuted", "not-reached")}
+    # 4. one finding alone, cold
+    f = finding(*cs[0])
+    t0 = time.perf_counter()
+    confirm_findings([f], [], device=device, steps=steps, timeout=300, way="entry")
+    res["single_cold_s"] = round(time.perf_counter() - t0, 2)
+    res["single"] = f"{os.path.relpath(f.path, ROOT)}:{f.code} -> {f.dynamic['verdict']}"
+    return res
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--device", action="append", default=None)
+    ap.add_argument("--full", action="store_true")
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    rows = []
+    for dev in args.device or ["cpu"]:
+        r = bench(dev, args.full, args.steps)
+        rows.append(r)
+        print(f"== {dev} ({r.get('gpu') or 'cpu'}, torch {r.get('torch')}): {r['findings']} findings")
+        if r.get("error"):
+            print("   ", r["error"])
+            continue
+        print(f"   child start-up (import torch ...): {r['child_startup_cpu_s']} s CPU"
+              + (f"; CUDA start-up: {r['cuda_init_s']} s" if r.get("cuda_init_s") is not None else ""))
+        print(f"   scripts in one child: median {r['script_s']['median']} s, max {r['script_s']['max']} s, "
+              f"total {r['script_s']['sum']} s (CPU total {r['script_cpu_s']['sum']} s)")
+        print(f"   entry way: {r['entry_wall_s']} s for {r['findings']} findings = {r['entry_per_finding_s']} s per "
+              f"finding; verdicts {r['entry_verdicts']}")
+        if "harness_wall_s" in r:
+            print(f"   harness way: {r['harness_wall_s']} s = {r['harness_per_finding_s']} s per finding; "
+                  f"verdicts {r['harness_verdicts']}")
+        print(f"   one finding alone (cold child): {r['single_cold_s']} s ({r['single']})")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(rows, fh, indent=2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,56 @@
+"""Property-based tests over generated training programs (a few hundred examples in CI;
+benchmarks/fuzz.py runs 10,000)."""
+import os
+
+import libcst as cst
+from hypothesis import HealthCheck, given, settings
+
+from fuzz_programs import programs
+from torchlint.engine import LintOptions, lint_text, run
+from torchlint.selection import enabled_codes
+
+OPTS = LintOptions(frozenset(enabled_codes(["TL"], [], [])))
+N = int(os.environ.get("TORCHLINT_FUZZ_EXAMPLES", "150"))
+
+
+def _key(findings):
+    return [(f.code, f.line, f.column, f.message) for f in findings]
+
+
+@settings(max_examples=N, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(programs())
+def test_no_internal_error_and_deterministic(src):
+    a = lint_text("fuzz.py", src, OPTS, module_name="fuzz")
+    assert not [f for f in a.findings if f.code in ("TL000", "TL001")], (src, a.findings)
+    b = lint_text("fuzz.py", src, OPTS, module_name="fuzz")
+    assert _key(a.findings) == _key(b.findings)
+
+
+@settings(max_examples=max(N // 3, 10), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(programs())
+def test_fixes_parse_and_are_idempotent(src):
+    from torchlint.fixer import fix_text
+
+    once = fix_text("fuzz.py", src, OPTS, unsafe=True)
+    cst.parse_module(once.fixed)
+    twice = fix_text("fuzz.py", once.fixed, OPTS, unsafe=True)
+    assert twice.fixed == once.fixed
+
+
+@settings(max_examples=max(N // 15, 5), deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                               HealthCheck.function_scoped_fixture])
+@given(programs())
+def test_cache_and_processes_do_not_change_results(tmp_path_factory, src):
+    from torchlint.cache import Cache
+
+    d = tmp_path_factory.mktemp("fuzz")
+    files = []
+    for i in range(4):
+        p = d / f"prog{i}.py"
+        p.write_text(src)
+        files.append(str(p))
+    base = [_key(r.findings) for r in run(files, OPTS, jobs=1)]
+    cache = Cache(str(d / ".cache"))
+    cold = [_key(r.findings) for r in run(files, OPTS, jobs=2, cache=cache)]
+    warm = [_key(r.findings) for r in run(files, OPTS, jobs=1, cache=cache)]
+    assert base == cold == warm
