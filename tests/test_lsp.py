@@ -115,6 +115,9 @@ def workspace(tmp_path_factory):
         (root / name).write_text(TRAIN, encoding="utf-8")
     (root / "cfgproj").mkdir()
     (root / "cfgproj" / "train.py").write_text(TRAIN, encoding="utf-8")
+    (root / "badcfg").mkdir()
+    (root / "badcfg" / "pyproject.toml").write_text('[tool.torchlint]\nselect = "TL1"\n')
+    (root / "badcfg" / "train.py").write_text(TRAIN, encoding="utf-8")
     (root / "xmod").mkdir()
     (root / "xmod" / "helpers.py").write_text(HELPERS)
     (root / "xmod" / "main.py").write_text(MAIN)
@@ -331,3 +334,16 @@ async def test_cross_module_summaries_from_the_workspace(client: LanguageClient,
     (workspace / "xmod" / "helpers.py").write_text(fixed)
     client.text_document_did_save(types.DidSaveTextDocumentParams(types.TextDocumentIdentifier(h.uri)))
     await _wait(client, doc.uri, lambda d: not any(x.code == "TL202" for x in d))
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_bad_configuration_is_reported_and_defaults_are_used(client: LanguageClient, workspace):
+    doc = Doc(client, workspace / "badcfg" / "train.py", TRAIN)
+    doc.open()
+    await _wait(client, doc.uri, lambda d: "TL103" in _codes(d) and "TL203" in _codes(d))
+    deadline = time.monotonic() + 10
+    while not any("must be a list of strings" in m.message for m in client.messages):
+        assert time.monotonic() < deadline, client.messages
+        await asyncio.sleep(0.05)
+    msg = next(m for m in client.messages if "must be a list of strings" in m.message)
+    assert msg.type == types.MessageType.Error and "pyproject.toml" in msg.message

@@ -89,7 +89,7 @@ def test_residual_add_after_inplace_relu_fires_but_after_bn_is_quiet(lint):
     # torchvision's BasicBlock: add after bn2, relu afterwards
     assert lint(block.format(late="")) == []
     # the relu moved before the residual add: its saved output is modified
-    assert lint(block.format(late="\n        out = self.relu(out)")) == [("TL301", 18)]
+    assert lint(block.format(late="\n            out = self.relu(out)")) == [("TL301", 18)]
 
 
 def test_inplace_dropout_on_attention_probabilities(lint):
@@ -417,7 +417,7 @@ def test_sigmoid_model_into_bce_with_logits(lint):
     # ambiguous (BCELoss and BCEWithLogitsLoss passed) and nothing is reported
     assert findings == []
     src_one = src.replace("    train(model, loader, opt, nn.BCELoss())\n", "")
-    assert lint(src_one) == [("TL402", 16)]
+    assert lint(src_one) == [("TL402", 17)]
 
 
 def test_sigmoid_then_bce_loss_is_quiet(lint):

@@ -131,7 +131,7 @@ class TorchlintServer(LanguageServer):
             cfg = load_config(cfg_path, start=start)
             enabled = frozenset(enabled_codes(cfg.select, cfg.ignore, cfg.extend_select))
         except ConfigError as exc:
-            self.window_show_message(types.ShowMessageParams(types.MessageType.Error, f"torchlint: {exc}"))
+            self.notify_error(f"torchlint: {exc}")
             from .config import Config
 
             cfg = Config(root=start)
@@ -140,6 +140,15 @@ class TorchlintServer(LanguageServer):
         s = _Settings(opts, fixable_codes(cfg), stamp)
         self._settings[key] = s
         return s
+
+    def notify_error(self, message: str) -> None:
+        """Show an error in the editor (safe to call from a worker thread)."""
+        params = types.ShowMessageParams(types.MessageType.Error, message)
+        loop = getattr(self, "main_loop", None)
+        if loop is not None and threading.current_thread() is not threading.main_thread():
+            loop.call_soon_threadsafe(self.window_show_message, params)
+        else:
+            self.window_show_message(params)
 
     def _root(self) -> Optional[str]:
         try:
