@@ -57,6 +57,18 @@ def _autograd_function(mm, fn) -> bool:
                or b.endswith("autograd.Function") for b in f.cls.bases)
 
 
+_INFERENCE_NAME = re.compile(r"(^|_)(generate|generation|sample|sampling|decode|beam|greedy|infer|"
+                             r"inference|predict|eval|evaluate|validate|test|score|benchmark)", re.I)
+
+
+def _inference_only(mm, fn) -> bool:
+    """A plain function (not a module method) that generates / predicts / evaluates and never
+    runs backward itself: nothing it modifies is ever differentiated."""
+    if mm.is_module_method(fn) or not _INFERENCE_NAME.search(fn.name):
+        return False
+    return not any(isinstance(o, CallOp) and is_kind(mm, o, BACKWARD) for o in walk(fn.body))
+
+
 def _loop_source(mm, op, target) -> str:
     """The source of the iterable of the loop that bound ``target`` (``model.parameters()``)."""
     from torchlint.model.binder import dotted
@@ -155,6 +167,8 @@ def forward(self, x):
                            "require grad (wrap the update in `with torch.no_grad():`)")
                 if msg is None or _grad_off(mm, fn, r.op):
                     continue
+                if "param" not in f and _inference_only(mm, fn):
+                    continue
                 seen.add(id(r.node))
                 yield Report(r.node, msg, scope=fn.qualname)
 
@@ -189,11 +203,12 @@ class DataAttribute(Rule):
         "tensor without any shape, dtype or device check. `x.detach()` for reads and "
         "`with torch.no_grad():` for in-place updates are the supported spellings.\n\n"
         "Reported: `.data` read or written on a tensor produced by the model or derived from "
-        "it (outside `no_grad`); `.data` writes on parameters in training code (a function that "
-        "runs `backward()` or `optimizer.step()` in the same loop); `p.data = t` in `__init__` and in training loops. "
-        "Not reported: `.data` under `no_grad`, reads of parameters, in-place initialisation "
-        "(`m.weight.data.normal_()` in `__init__`/`init_weights`), model surgery helpers "
-        "(re-parameterisation, freezing), and `p.grad.data` (see the option)."
+        "it (outside `no_grad`); `.data` writes on parameters inside a training loop (a loop "
+        "whose iterations run `backward()` or `optimizer.step()`: weight clipping, hand-written "
+        "SGD); `p.data = t` in `__init__` and in training loops. Not reported: `.data` under "
+        "`no_grad`, reads of parameters, in-place initialisation (`m.weight.data.normal_()`), "
+        "model surgery outside training (re-parameterisation, freezing, loading weights), and "
+        "`p.grad.data` (see the option)."
     )
     example = """\
 for p in critic.parameters():

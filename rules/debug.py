@@ -21,7 +21,8 @@ def _is_main_guard(test) -> bool:
 
 
 def _unconditional(op) -> bool:
-    return all(br.test is not None and _is_main_guard(br.test) for br, _ in op.guards)
+    return all(br.test is not None and _is_main_guard(br.test) for br, _ in op.guards) and \
+        not resources.conditional_in_statement(op)
 
 
 def _enables(op) -> bool:

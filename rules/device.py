@@ -114,11 +114,13 @@ for x, y in loader:
             for o in ops:
                 if o.kind == FORWARD and o.target not in fwd_moves:
                     fwd_moves[o.target] = res.model_move(fn, o.target)
-            reported = set()  # loops already reported: one unmoved batch, one finding
+            reported = set()  # (loop, tensor) reported at an earlier call; statement lines reported
             for op in ops:
-                if id(op.loop) in reported:
-                    continue
-                bad = _unmoved_args(mm, op)
+                line = mm.line_of(op.stmt if op.stmt is not None else op.node)
+                if line in reported:
+                    continue  # one finding per statement
+                bad = [(a, f) for a, f in _unmoved_args(mm, op)
+                       if (id(op.loop), mm.code_for(a.value).strip()) not in reported]
                 if not bad or op.kind == LOSS and _is_ctc(mm, fn, op):
                     continue
                 if op.kind == FORWARD:
@@ -157,7 +159,8 @@ for x, y in loader:
                 else:
                     msg = (f"`{name}` comes from the loader on the CPU but reaches {target} {moved} "
                            f"(`{moved_with}` at {where}); move it with `.to(device)`")
-                reported.add(id(op.loop))
+                reported.add(line)
+                reported.update((id(op.loop), mm.code_for(x.value).strip()) for x, _f in bad)
                 yield Report(op.node, msg, fix=_fix_601(fn, a, mv, model, "moved_inplace" in facts),
                              scope=fn.qualname)
 

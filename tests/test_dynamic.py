@@ -69,31 +69,32 @@ def _importable(path):
 
 
 def _bad_cases():
-    """(path, code, line) of every buggy fixture finding of a required rule (a subset by default)."""
-    cases, seen = [], set()
+    """(path, code, line) of every buggy fixture finding of a required rule; by default the
+    smallest buggy program of each rule."""
+    cases = []
     for fam, rel, path, items in _expected():
         if not rel.startswith("bad/") or not _importable(path):
             continue
-        for code, line in items:
-            if code not in REQUIRED:
-                continue
-            if not FULL and code in seen:
-                continue
-            seen.add(code)
-            cases.append((path, code, line))
-    return cases
+        cases.extend((path, code, line) for code, line in items if code in REQUIRED)
+    if FULL:
+        return cases
+    best = {}
+    for c in sorted(cases, key=lambda c: (os.path.getsize(c[0]), c[0], c[2])):
+        best.setdefault(c[1], c)
+    return sorted(best.values())
 
 
 def _good_cases():
-    out, per_family = [], {}
-    for fam, rel, path, items in _expected():
-        if not rel.startswith("good/") or items or not _importable(path):
-            continue
-        if not FULL and per_family.get(fam, 0) >= 2:
-            continue
-        per_family[fam] = per_family.get(fam, 0) + 1
-        out.append(path)
-    return out
+    """Correct programs of the rules' families; by default the smallest of each family."""
+    fams = {"loop_order", "mode", "autograd", "loss", "memory", "device"}
+    out = [(fam, path) for fam, rel, path, items in _expected()
+           if fam in fams and rel.startswith("good/") and not items and _importable(path)]
+    if FULL:
+        return [p for _, p in out]
+    best = {}
+    for fam, path in sorted(out, key=lambda x: (os.path.getsize(x[1]), x[1])):
+        best.setdefault(fam, path)
+    return sorted(best.values())
 
 
 def _finding(path, code, line):

@@ -515,3 +515,20 @@ def test_batch_items_moved_by_assignment_are_quiet(tmp_path):
     assert codes(tmp_path, src) == []
     assert codes(tmp_path, src.replace("batch[key] = batch[key].to(device)", "pass")) == [
         ("TL601", line_of(src, 'model(batch["x"])'))]
+
+
+def test_detect_anomaly_chosen_by_a_flag_is_quiet(tmp_path):
+    src = prog("""\
+    import contextlib
+
+
+    def train(model, loader, optimizer, debug):
+        ctx = torch.autograd.detect_anomaly() if debug else contextlib.nullcontext()
+        debug and torch.autograd.set_detect_anomaly(True)
+        with ctx:
+            for x, y in loader:
+                optimizer.zero_grad()
+                nn.functional.cross_entropy(model(x), y).backward()
+                optimizer.step()
+    """)
+    assert codes(tmp_path, src) == []

@@ -73,9 +73,6 @@ class FixReport:
     def applied(self) -> int:
         return sum(len(f.applied) for f in self.files if f.changed and f.error is None)
 
-    def __bool__(self) -> bool:  # `if report.changed` reads naturally; the object itself is truthy
-        return True
-
 
 def is_fixable(f: Finding, unsafe: bool, allowed=None) -> bool:
     if f.fix is None or f.code in _NOT_FIXABLE or not f.fix.edits:

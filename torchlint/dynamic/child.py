@@ -58,6 +58,7 @@ def _reset_torch(probes, anomaly):
     torch.set_default_dtype(torch.float32)
     torch.manual_seed(0)
     set_anomaly(probes, anomaly)
+    probes.anomaly_on = anomaly
 
 
 def run_job(job, cfg, results):

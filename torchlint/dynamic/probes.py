@@ -196,6 +196,7 @@ class Probes(TorchFunctionMode):
         self.emitted: set = set()
         self.stopped = False
         self.suspended = 0
+        self.anomaly_on = False
 
     # ------------------------------------------------------------------ sites
     def _is_user(self, filename: str) -> bool:
@@ -328,6 +329,8 @@ class Probes(TorchFunctionMode):
         if self.suspended:
             return
         self.opt_steps += 1
+        if self.last_loader is not None:  # the loader whose batch fed this (training) step
+            self._check_loader_shuffle(self.last_loader)
         if self.opt_steps >= self.max_steps and not self.stopped:
             self.stopped = True
             self.emit("stop", reason=f"run capped after {self.opt_steps} optimizer steps", step=self.backwards)
@@ -496,11 +499,18 @@ class Probes(TorchFunctionMode):
                     st.cleared_between = st.last_clear or [[f, ln, "?"] for f, ln in sorted(self.recent_lines)] \
                         or sites
         sig = self.signature()
+        import warnings
+
         try:
-            r = orig(*args, **kwargs)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                r = orig(*args, **kwargs)
         except RuntimeError as exc:
-            self._backward_error(exc, sites, k, grad_on, has_graph)
+            self._backward_error(exc, sites, k, grad_on, has_graph, locals().get("caught") or [])
             raise
+        if self.anomaly_on and k >= 2:  # anomaly detection is slow: the first two backward calls only
+            self.anomaly_on = False
+            set_anomaly(self, self.user_anomaly)
         after = self.signature()
         for key, st in list(self.opts.items()):
             if sig.get(key) == after.get(key):
@@ -523,8 +533,6 @@ class Probes(TorchFunctionMode):
                 self.obs("TL101", psites, ev + f"; backward() at line {line} computed them only afterwards")
                 st.pending101 = None
         self.recent_lines.clear()
-        if self.last_loader is not None:
-            self._check_loader_shuffle(self.last_loader)
         if "TL501" in self.codes or "TL502" in self.codes:
             self._measure_graphs(k)
         if self.device.startswith("cuda") and torch.cuda.is_available():
@@ -532,8 +540,17 @@ class Probes(TorchFunctionMode):
         self.checkpoint()
         return r
 
-    def _backward_error(self, exc, sites, k, grad_on, has_graph):
+    def _backward_error(self, exc, sites, k, grad_on, has_graph, caught=()):
         msg = str(exc).split("\n")[0].split(" Hint:")[0]
+        fwd_sites = []  # anomaly detection's traceback of the forward op whose saved tensor changed
+        import re
+
+        for w in caught:
+            text = str(w.message)
+            if "Traceback of forward call" in text:
+                for fm in re.finditer(r'File "([^"]+)", line (\d+), in (\S+)', text):
+                    if self._is_user(fm.group(1)):
+                        fwd_sites.append([os.path.abspath(fm.group(1)), int(fm.group(2)), fm.group(3)])
         line = sites[0][1] if sites else "?"
         if "modified by an inplace operation" in msg:
             recent = [r for r in self.inplace_log if r["step"] == k - 1 or r["step"] == k]
@@ -547,10 +564,13 @@ class Probes(TorchFunctionMode):
             osites = []
             for r in cands[-4:]:
                 osites.extend(r["sites"][:1])
-            ops = ", ".join(f"{r['op']} at line {r['sites'][0][1]}" for r in cands[-3:] if r["sites"])
-            self.obs("TL301", osites + sites,
-                     f"step {k}: backward() at line {line} failed: {msg[:300]}"
-                     + (f"; in-place op(s) on a tensor of that shape: {ops}" if ops else ""),
+            ops = ", ".join(f"the in-place {r['op']} at line {r['sites'][0][1]}" for r in cands[-3:] if r["sites"])
+            fwd = fwd_sites[-1:] if fwd_sites else []
+            self.obs("TL301", osites + fwd + sites,
+                     f"step {k}: " + (f"{ops} changed a tensor autograd had saved" +
+                                      (f" for the op at line {fwd[0][1]} (traced by anomaly detection)" if fwd else "")
+                                      + "; " if ops else "")
+                     + f"backward() at line {line} failed: {msg[:300]}",
                      key=("TL301-bw", k))
         elif "does not require grad" in msg and not grad_on:
             self.obs("TL204", sites, f"step {k}: backward() at line {line} under no_grad raised: {msg[:200]}")
@@ -904,7 +924,7 @@ class Probes(TorchFunctionMode):
         if isinstance(sampler, SequentialSampler) and getattr(loader, "batch_sampler", None) is not None and \
                 type(loader.batch_sampler).__name__ == "BatchSampler":
             self.obs("TL701", site, f"step {self.backwards}: the DataLoader created at line "
-                                    f"{site[0][1] if site else '?'} fed a training step (backward) with a "
+                                    f"{site[0][1] if site else '?'} fed an optimizer step with a "
                                     f"SequentialSampler: batches come in the same order every epoch")
         else:
             self.anti("TL701", site, f"the DataLoader created at line {site[0][1] if site else '?'} uses "

@@ -223,6 +223,8 @@ class ModuleModel:
         self._lines = None
         for fn in self.all_functions:
             classify(self, fn, self.resolver)
+        self._callers_index = None  # built on first use, now that every call is classified
+        self._classified = True
         for fn in self.all_functions:
             self.ensure_dataflow(fn)
 
@@ -465,7 +467,8 @@ class ModuleModel:
                 if d:
                     out[a.keyword.value] = d
         free = set(summ.get("free", ()))
-        if free:
+        if free and summ.get("path", self.display_path) == self.display_path:
+            # (another module's globals are not the caller's variables of the same name)
             # closures and globals: the callee sees the caller's variable of the same name
             for key in list(summ.get("exit_modes", {})) + list(summ.get("trains_in_entry", ())) + \
                     list(summ.get("evals_in_entry", ())):
@@ -488,6 +491,16 @@ class ModuleModel:
 
     def callers(self, fn: FunctionModel) -> Iterator[tuple]:
         """(caller FunctionModel, CALL op) for every call of ``fn`` in this module."""
+        if getattr(self, "_classified", False):
+            if self._callers_index is None:  # one walk for all functions, not one per question
+                index: dict = {}
+                for f in self.all_functions:
+                    for op in walk(f.body):
+                        if isinstance(op, CallOp) and op.kind == CALL and op.info is not None:
+                            index.setdefault(id(op.info), []).append((f, op))
+                self._callers_index = index
+            yield from [(f, op) for f, op in self._callers_index.get(id(fn), ()) if op.info is fn]
+            return
         for f in self.all_functions:
             for op in walk(f.body):
                 if isinstance(op, CallOp) and op.kind == CALL and op.info is fn:

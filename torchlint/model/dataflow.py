@@ -165,6 +165,10 @@ class Dataflow:
             self._scan_data(op.node, env, op)
             self._call_inplace(op, env)
             env = self._mark_saved_call(op, env)
+            if op.attr and op.attr.endswith("_") and op.recv and op.recv in env \
+                    and env[op.recv] & {"saves_out", "saved"}:
+                env = dict(env)
+                env[op.recv] = env[op.recv].difference(("saves_out", "saved"))
             if op.kind == BACKWARD:
                 # the graph is freed: what it saved may be modified again
                 env = {k: v.difference(("saves_out", "saved")) for k, v in env.items()}
@@ -190,7 +194,9 @@ class Dataflow:
                 op.target_facts = env.get(d, EMPTY) if d else EMPTY
                 if d:
                     env = dict(env)
-                    env[d] = op.target_facts | (vf & {"graph", "loss"})
+                    # one report per saved tensor: after the first in-place change it is no
+                    # longer what autograd saved
+                    env[d] = op.target_facts.difference(("saves_out", "saved")) | (vf & {"graph", "loss"})
                 return env
             env = dict(env)
             for t in op.targets:

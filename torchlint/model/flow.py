@@ -95,6 +95,17 @@ class ModeFlow:
             return st
         if isinstance(op, AssignOp):
             if op.value is not None and op.aug is None and isinstance(op.value, cst.Call):
+                chained = _chained_mode(op.value)
+                if chained is not None:
+                    # model = build_model().eval(): the mode set last in the chain
+                    st = dict(st)
+                    node = op.value
+                    for t in op.targets:
+                        d = dotted(t)
+                        if d:
+                            st[norm_path(d)] = frozenset({(chained, (f"`.{'eval' if chained == 'eval' else 'train'}()` "
+                                                                     f"in the assignment of `{d}`", node))})
+                    return st
                 role = self.mm.resolver.of_expr(self.fn, op.value)[0]
                 if role == catalog.MODEL:
                     # model = Net().to(device) is freshly built (train mode); model = model.to(device),
@@ -132,6 +143,26 @@ class ModeFlow:
                 res = _join_entry(res, o, self)
             return res
         return st
+
+
+def _chained_mode(value) -> Optional[str]:
+    """``x.eval()`` / ``x.to(d).train(False)`` / ``x.eval().to(d)``: the mode the chain sets last."""
+    base = value
+    while isinstance(base, cst.Call) and isinstance(base.func, cst.Attribute):
+        attr = base.func.attr.value
+        if attr == "eval" and not base.args:
+            return "eval"
+        if attr == "train":
+            if not base.args:
+                return "train"
+            v = base.args[0].value
+            if isinstance(v, cst.Name) and v.value in ("True", "False"):
+                return "train" if v.value == "True" else "eval"
+            return None
+        if attr not in ("to", "cuda", "cpu", "half", "float", "double", "bfloat16", "requires_grad_"):
+            return None
+        base = base.func.value
+    return None
 
 
 def _freshly_built(mm, value) -> bool:

@@ -111,6 +111,20 @@ def contains(expr, node) -> bool:
     return any(n is node for n in subnodes(expr))
 
 
+def conditional_in_statement(op) -> bool:
+    """The call only runs under a condition inside its own statement: a branch of
+    ``a if cond else b``, or the right side of ``cond and f()`` / ``cond or f()``."""
+    stmt = op.stmt
+    if stmt is None:
+        return False
+    for n in subnodes(stmt):
+        if isinstance(n, cst.IfExp) and (contains(n.body, op.node) or contains(n.orelse, op.node)):
+            return True
+        if isinstance(n, cst.BooleanOperation) and contains(n.right, op.node):
+            return True
+    return False
+
+
 def _is_true(e) -> bool:
     return isinstance(e, cst.Name) and e.value == "True"
 
