@@ -109,6 +109,9 @@ def lint_repo(path: str, opts: LintOptions, jobs: int) -> dict:
     return {
         "path": path, "files": len(files), "results": results, "time": elapsed, "cpu": cpu,
         "findings": findings, "loops": training_loops(files, results), "file_list": files,
+        # call sites resolved to a function of another module of the tree (the call graph's
+        # cross-module edges, as the modules export them)
+        "xcalls": sum(len(r.called) for r in results),
         "errors": [r.error for r in results if r.error],
     }
 
@@ -136,16 +139,17 @@ def main(argv=None) -> int:
     repos = [lint_repo(p, opts, args.jobs) for p in args.paths]
 
     codes = sorted({f.code for r in repos for f in r["findings"]})
-    head = ["repository", "files", "training loops", "findings"] + codes + ["wall (s)", "CPU (s)"]
+    head = ["repository", "files", "training loops", "cross-module calls", "findings"] + codes + \
+        ["wall (s)", "CPU (s)"]
     rows = []
     for r in repos:
         c = Counter(f.code for f in r["findings"])
         name = r["path"].rstrip("/")
         name = "/".join(name.split("/")[-2:]) if name.endswith("examples") and "/" in name else os.path.basename(name)
-        rows.append([name, r["files"], r["loops"], len(r["findings"])] + [c.get(k, 0) for k in codes]
+        rows.append([name, r["files"], r["loops"], r["xcalls"], len(r["findings"])] + [c.get(k, 0) for k in codes]
                     + [f"{r['time']:.1f}", f"{r['cpu']:.1f}"])
-    tot = ["total", sum(r[1] for r in rows), sum(r[2] for r in rows), sum(r[3] for r in rows)] + \
-        [sum(r[4 + i] for r in rows) for i in range(len(codes))] + [f"{sum(x['time'] for x in repos):.1f}",
+    tot = ["total"] + [sum(r[i] for r in rows) for i in range(1, 5)] + \
+        [sum(r[5 + i] for r in rows) for i in range(len(codes))] + [f"{sum(x['time'] for x in repos):.1f}",
                                                                     f"{sum(x['cpu'] for x in repos):.1f}"]
     rows.append(tot)
     if args.markdown:

@@ -5,6 +5,7 @@ import libcst as cst
 
 from torchlint.model import resources
 from torchlint.model.binder import dotted
+from torchlint.model.ir import GRAD_OFF
 from torchlint.model.queries import analysable_functions
 from torchlint.rule import Report, Rule
 
@@ -18,7 +19,7 @@ def _graph_accumulations(mm):
         for acc in res.accumulations(fn):
             if "graph" not in acc.facts or not acc.loops:
                 continue
-            if acc.op.grad == "off" or fn.decorator_grad == "off":
+            if acc.op.grad == GRAD_OFF or fn.decorator_grad == GRAD_OFF:
                 continue
             if not res.loop_trains(fn, acc.loops[0]):
                 continue
@@ -33,13 +34,6 @@ def _wrap(code: str, node, method: str) -> str:
     if isinstance(node, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)):
         return f"{code}{method}"
     return f"({code}){method}"
-
-
-def _stmt_text(mm, acc) -> str:
-    code = mm.code_for(acc.op.node).strip()
-    if acc.how in ("append", "extend", "insert", "appendleft"):
-        code = mm.code_for(acc.op.node)
-    return code if len(code) <= 60 else code[:57] + "..."
 
 
 @register

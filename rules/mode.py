@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from torchlint.findings import Related
-from torchlint.model.flow import ENTRY, norm_path
+from torchlint.model.flow import CHOSEN, ENTRY, norm_path
 from torchlint.model.ir import BACKWARD, CALL, FORWARD, GRAD_OFF, GRAD_ON, GRAD_UNKNOWN, STEP, LoopOp, CallOp, walk
 from torchlint.model.queries import (
     analysable_functions, is_kind, iteration, local_function, steps_or_updates, trains, uses_autograd,
@@ -25,7 +25,9 @@ def _origin_text(mm, origin) -> str:
     if origin is None:
         return "the model was built (modules start in train mode)"
     if isinstance(origin, tuple):
-        text, node = origin
+        text, node = origin[0], origin[1]
+        if "{}" in text:
+            return text.format(mm.line_of(node))
         return f"{text} at line {mm.line_of(node)}"
     text = str(origin)
     here = f" at {mm.display_path}:"
@@ -48,6 +50,11 @@ def _feeds_backward(mm, fn, loop) -> bool:
         return False
     after = [o for o in seq[seq.index(loop) + 1:] if not within(o, loop) and o is not loop]
     return any(is_kind(mm, o, BACKWARD) for o in after)
+
+
+def _chosen(origin) -> bool:
+    """The mode was chosen by a condition on purpose (``if training: model.train() else: model.eval()``)."""
+    return isinstance(origin, tuple) and len(origin) > 2 and origin[2] == CHOSEN
 
 
 def _in_update_loop(mm, fn, op) -> bool:
@@ -123,7 +130,7 @@ def evaluate(model, loader):
                     if not evalish:
                         continue
                     modes = flow.at.get(id(op), frozenset())
-                    train = [o for m, o in modes if m == "train"]
+                    train = [o for m, o in modes if m == "train" and not _chosen(o)]
                     if (train or any(m == ENTRY for m, _ in modes)) and not mm.resolver.mode_sensitive(fn, t):
                         continue  # no dropout/batch norm: train and eval mode compute the same
                     if train and id(op.node) not in reported:
@@ -142,7 +149,7 @@ def evaluate(model, loader):
                     s, paths = _callee_key_paths(mm, fn, op, "evals_in_entry")
                     at = flow.at_args.get(id(op), {})
                     for key, path in paths.items():
-                        train = [o for m, o in at.get(key, ()) if m == "train"]
+                        train = [o for m, o in at.get(key, ()) if m == "train" and not _chosen(o)]
                         if train and norm_path(path) not in seen and mm.resolver.mode_sensitive(fn, path):
                             seen.add(norm_path(path))
                             helper = local_function(op.info)
@@ -234,7 +241,7 @@ for epoch in range(epochs):
                     if mm.resolver.frozen(fn, t):
                         continue  # a frozen feature extractor is meant to stay in eval mode
                     modes = flow.at.get(id(op), frozenset())
-                    ev = [o for m, o in modes if m == "eval"]
+                    ev = [o for m, o in modes if m == "eval" and not _chosen(o)]
                     if ev and t not in seen and mm.resolver.mode_sensitive(fn, t):
                         seen.add(t)
                         yield Report(op.node, f"`{op.target}` is trained here but may be in eval mode: "
@@ -249,7 +256,7 @@ for epoch in range(epochs):
                         continue  # runs backward but nothing here steps: not a training step
                     at = flow.at_args.get(id(op), {})
                     for key, path in paths.items():
-                        ev = [o for m, o in at.get(key, ()) if m == "eval"]
+                        ev = [o for m, o in at.get(key, ()) if m == "eval" and not _chosen(o)]
                         if ev and norm_path(path) not in seen and mm.resolver.mode_sensitive(fn, path) \
                                 and not mm.resolver.frozen(fn, path):
                             seen.add(norm_path(path))
@@ -269,7 +276,7 @@ def _insert_train(fn, op, target, origin=None):
         from torchlint.model.ir import MODE
 
         code, msg = f"{target}.train()", f"Insert `{target}.train()`"
-        node = origin[1] if isinstance(origin, tuple) and len(origin) == 2 else None
+        node = origin[1] if isinstance(origin, tuple) and len(origin) >= 2 else None
         where = None
         if node is not None:
             try:

@@ -128,16 +128,18 @@ def entry_verdicts(request):
 
 
 def _harness_cases():
+    """Every buggy finding (not only the subset) inside a function the harness can call: the
+    harness runs stand-ins, not the program, so it stays cheap."""
     out = []
-    for path, code, line in BAD:
-        scope = Source.of(path).enclosing(line)[0]
-        spec, _ = harness_spec(path, scope, code)
-        if spec is not None:
-            out.append((path, code, line))
+    for fam, rel, path, items in _expected():
+        if not rel.startswith("bad/") or not _importable(path):
+            continue
+        for code, line in items:
+            if code in REQUIRED:
+                spec, _ = harness_spec(path, Source.of(path).enclosing(line)[0], code)
+                if spec is not None:
+                    out.append((path, code, line))
     return out
-
-
-HARNESS = _harness_cases()
 
 
 @pytest.fixture(scope="module")
@@ -146,46 +148,29 @@ def harness_verdicts():
 
     def get(device):
         if device not in cache:
-            fs = [_finding(*c) for c in HARNESS]
+            cases = _harness_cases()
+            fs = [_finding(*c) for c in cases]
             confirm_findings(fs, [], device=device, steps=STEPS, timeout=TIMEOUT, way="harness")
             cache[device] = {(f.path, f.code, f.line): f.dynamic for f in fs}
         return cache[device]
     return get
 
 
-def test_required_rules_have_probes_and_fixtures():
-    assert REQUIRED <= set(PROBED)
-    assert BAD, "no buggy fixture of the covered rules"
-
-
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("case", BAD, ids=[_case_id(c) for c in BAD])
-def test_entry_confirms_buggy_fixture(case, device, entry_verdicts):
-    path, code, line = case
-    d = entry_verdicts(device)[(os.path.relpath(path, ROOT), code, line)]
-    assert d["verdict"] == "confirmed", d["evidence"]
-    assert d["evidence"].startswith(f"{code} line {line}: ")
-
-
-@pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("case", HARNESS, ids=[_case_id(c) for c in HARNESS])
-def test_harness_never_refutes_a_buggy_fixture(case, device, harness_verdicts):
-    """The harness calls the finding's function with stand-ins; it confirms what lives in that
-    function and must never refute a real bug (the cause may be in the replaced model/data)."""
-    path, code, line = case
-    d = harness_verdicts(device)[(os.path.relpath(path, ROOT), code, line)]
-    assert d["verdict"] != "refuted", d["evidence"]
-    assert "harness" in d["evidence"] or d["verdict"] == "confirmed"
-
-
-@pytest.mark.parametrize("device", DEVICES)
-def test_harness_confirms_bugs_inside_the_called_function(device, harness_verdicts):
+def test_harness_way_on_buggy_fixtures(device, harness_verdicts):
+    """The harness calls the finding's function with stand-ins.  It confirms the bugs that live in
+    that function (loop order, grad mode, accumulation) and never refutes a real bug: one whose
+    cause may be in the model or data it replaces is `not-reached`, never `refuted`."""
     verdicts = harness_verdicts(device)
-    confirmed = [k for k, d in verdicts.items() if d["verdict"] == "confirmed"]
-    # the loop-order bugs live in the training function itself: the harness must see them
-    own = [k for k in verdicts if k[1] in ("TL101", "TL102", "TL103", "TL104", "TL204")]
-    assert all(verdicts[k]["verdict"] == "confirmed" for k in own), {k: verdicts[k] for k in own}
-    assert confirmed or not verdicts
+    assert len(verdicts) >= 5, verdicts
+    refuted = {k: d for k, d in verdicts.items() if d["verdict"] == "refuted"}
+    assert not refuted
+    own = {k: d for k, d in verdicts.items() if k[1] in ("TL101", "TL102", "TL103", "TL104", "TL204", "TL501")}
+    assert own and all(d["verdict"] == "confirmed" for d in own.values()), own
+    for k, d in verdicts.items():
+        assert d["evidence"].startswith(f"{k[1]} line {k[2]}: "), d
+        if d["verdict"] != "confirmed":
+            assert "harness" in d["evidence"] or "stand-ins" in d["evidence"], d
 
 
 @pytest.fixture(scope="module")
@@ -306,8 +291,7 @@ def test_misbehaving_program_yields_not_reached(safety_runs, name, expect):
     d = findings[name].dynamic
     assert d["verdict"] == "not-reached", d
     assert expect in d["evidence"], d["evidence"]
-    assert f"before line {STEP_LINE} ran" in d["evidence"] or "memory" in d["evidence"] or \
-        "raised" in d["evidence"], d["evidence"]
+    assert f"line {STEP_LINE}" in d["evidence"] or "memory" in d["evidence"], d["evidence"]
 
 
 def test_forked_children_are_killed(safety_runs):

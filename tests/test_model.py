@@ -500,3 +500,57 @@ def test_closure_summary_reports_enclosing_variable_modes():
     assert {k: m for k, (m, _) in s["exit_modes"].items()} == {"model": "eval"}
     main = fn_named(mm, "main")
     assert modes_at(mm, main, "model") == [["eval", "train"]]
+
+
+def test_mode_chosen_by_a_condition_is_marked_as_deliberate():
+    mm = build("""
+        import torch
+
+        def export(model, x, training):
+            if training:
+                model.train()
+            else:
+                model.eval()
+            with torch.inference_mode():
+                return model(x)
+    """)
+    from torchlint.model.flow import CHOSEN
+
+    fn = fn_named(mm, "export")
+    fwd = next(op for op in calls_of(fn) if op.kind == FORWARD)
+    modes = mm.flow(fn).at[id(fwd)]
+    assert sorted(m for m, _ in modes) == ["eval", "train"]
+    assert all(o[2] == CHOSEN for _, o in modes)
+
+
+def test_chained_eval_in_assignment_sets_the_mode():
+    mm = build("""
+        import torch
+        import torch.nn as nn
+
+        def predict(x):
+            model = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.1)).eval()
+            with torch.no_grad():
+                return model(x)
+    """)
+    assert modes_at(mm, fn_named(mm, "predict"), "model") == [["eval"]]
+
+
+def test_wrappers_keep_the_mode_of_the_wrapped_model():
+    mm = build("""
+        import torch
+        import torch.nn as nn
+
+        def infer(x, distributed):
+            model = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.1))
+            model.eval()
+            model = torch.compile(model)
+            if distributed:
+                model = nn.parallel.DistributedDataParallel(model)
+            ddp = nn.DataParallel(model)
+            with torch.no_grad():
+                return model(x), ddp(x)
+    """)
+    fn = fn_named(mm, "infer")
+    assert modes_at(mm, fn, "model") == [["eval"]]
+    assert modes_at(mm, fn, "ddp") == [["eval"]]

@@ -111,7 +111,7 @@ def make_loader(batch: dict, loss: str, variant: str, steps: int, tokens: bool =
 
 def make_criterion(loss: str):
     return {"cross_entropy": nn.CrossEntropyLoss, "nll": nn.NLLLoss, "bce": nn.BCELoss,
-            "bce_with_logits": nn.BCEWithLogitsLoss}.get(loss, nn.CrossEntropyLoss)()
+            "bce_with_logits": nn.BCEWithLogitsLoss, "other": nn.MSELoss}.get(loss, nn.CrossEntropyLoss)()
 
 
 def import_module(path: str):
@@ -189,11 +189,16 @@ def run(job: dict, device: str, steps: int, probes, emit) -> str:
     """Call the job's function with stand-ins; returns a status string. Raises what the code raises."""
     mod = import_module(job["path"])
     owner, fn = _resolve(mod, job["qualname"])
-    loss = job.get("loss") or "cross_entropy"
-    variants = ["classes"] if loss in ("cross_entropy", "nll") else ["column", "flat"]
+    loss0 = job.get("loss") or "unknown"
+    if loss0 in ("cross_entropy", "nll"):
+        variants = [("classes", loss0)]
+    elif loss0 == "unknown":  # the criterion is a parameter: classification first, then regression
+        variants = [("classes", "cross_entropy"), ("column", "other"), ("flat", "other")]
+    else:
+        variants = [("column", loss0), ("flat", loss0)]
     dev = torch.device(device)
     last_exc = None
-    for vi, variant in enumerate(variants):
+    for vi, (variant, loss) in enumerate(variants):
         probes.suspended += 1
         try:
             model = StandInModel("classes" if variant == "classes" else variant, job.get("outputs", 1), loss).to(dev)

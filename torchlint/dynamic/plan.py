@@ -184,12 +184,12 @@ def _loss_kind(mm, fn, code) -> str:
     fns = [fn] + list(getattr(fn, "nested", []))
     for f in fns:
         for op in walk(f.body):
-            if isinstance(op, CallOp) and op.kind == LOSS:
+            if isinstance(op, CallOp) and op.kind == LOSS and op.info:
                 kinds.append(op.info)
     for k in kinds:
         if k in ("cross_entropy", "nll", "bce", "bce_with_logits"):
             return k
-    return {"TL402": "bce_with_logits", "TL403": "nll"}.get(code, "cross_entropy" if not kinds else "other")
+    return {"TL402": "bce_with_logits", "TL403": "nll"}.get(code, "unknown" if not kinds else "other")
 
 
 def _batch_spec(fnode, loader_names) -> dict:

@@ -356,7 +356,7 @@ class Probes(TorchFunctionMode):
             elif norm == 0.0:
                 st.pending101 = (sites, f"step {k}: {what} at line {line} ran with all-zero gradients and no "
                                         f"backward() since the previous step")
-        elif norm == 0.0:
+        elif norm == 0.0 and (st.norm_after_bw > 0 or st.first_step_before_bw):
             if st.first_step_before_bw:
                 self.obs("TL101", sites, f"step {k}: {what} at line {line} applied all-zero gradients of "
                                          f"{st.name}: the gradients were cleared and the backward() of this "

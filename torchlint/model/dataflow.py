@@ -28,6 +28,7 @@ each op, the facts of its arguments, so rules read them without re-evaluating an
 """
 from __future__ import annotations
 
+import re
 from typing import Optional
 
 import libcst as cst
@@ -486,6 +487,11 @@ class Dataflow:
 
     def _scan_data(self, expr, env, op) -> None:
         """Record every ``x.data`` read inside ``expr`` (writes are marked by the callers)."""
+        has = getattr(self.mm, "_has_data_attr", None)
+        if has is None:  # `torch.utils.data` is not a `.data` access
+            has = self.mm._has_data_attr = bool(re.search(r"(?<!utils)\.\s*data\b", self.mm.text))
+        if not has:
+            return  # nothing to record; this walk is otherwise the dataflow pass's costliest part
         stack = [(expr, env)]
         while stack:
             e, en = stack.pop()

@@ -24,6 +24,7 @@ from .ir import (
 )
 
 ENTRY = "entry"
+CHOSEN = "chosen"  # marks a mode picked by a condition (if training: train() else: eval())
 State = dict  # path -> frozenset[(mode, origin)]
 
 
@@ -106,6 +107,16 @@ class ModeFlow:
                             st[norm_path(d)] = frozenset({(chained, (f"`.{'eval' if chained == 'eval' else 'train'}()` "
                                                                      f"in the assignment of `{d}`", node))})
                     return st
+                wrapped = _wrapped_model(self.mm, self.fn, op.value)
+                if wrapped is not None:
+                    # model = DDP(model) / torch.compile(model) / torch.jit.script(model): the
+                    # wrapper runs the same modules, in the mode they are in
+                    st = dict(st)
+                    for t in op.targets:
+                        d = dotted(t)
+                        if d and norm_path(d) != norm_path(wrapped):
+                            st[norm_path(d)] = self.modes(st, wrapped)
+                    return st
                 role = self.mm.resolver.of_expr(self.fn, op.value)[0]
                 if role == catalog.MODEL:
                     # model = Net().to(device) is freshly built (train mode); model = model.to(device),
@@ -141,8 +152,26 @@ class ModeFlow:
             res = outs[0]
             for o in outs[1:]:
                 res = _join_entry(res, o, self)
+            if op.exhaustive and len(op.arms) > 1:
+                res = self._chosen_modes(op, outs, st, res)
             return res
         return st
+
+    def _chosen_modes(self, br, outs, before, res):
+        """``if training: model.train() else: model.eval()``: the mode is chosen on purpose by
+        a condition.  Such modes are marked ``CHOSEN`` in their origin, and rules do not treat
+        them as a forgotten switch."""
+        res = dict(res)
+        for path in res:
+            per_arm = [o.get(path) for o in outs]
+            if any(v is None or len(v) != 1 or v == before.get(path) for v in per_arm):
+                continue
+            modes = {next(iter(v))[0] for v in per_arm}
+            if not {"train", "eval"} <= modes:
+                continue
+            origin = (f"the mode chosen by the condition at line {{}}", br.node, CHOSEN)
+            res[path] = frozenset({(m, origin) for m in modes})
+        return res
 
 
 def _chained_mode(value) -> Optional[str]:
@@ -162,6 +191,30 @@ def _chained_mode(value) -> Optional[str]:
         if attr not in ("to", "cuda", "cpu", "half", "float", "double", "bfloat16", "requires_grad_"):
             return None
         base = base.func.value
+    return None
+
+
+def _wrapped_model(mm, fn, value) -> Optional[str]:
+    """``DistributedDataParallel(model, ...)``, ``torch.compile(model)``, ``accelerator.prepare(model)``:
+    the path of the model a wrapper call is given, or None."""
+    base = value
+    while isinstance(base, cst.Call) and isinstance(base.func, cst.Attribute) \
+            and base.func.attr.value in ("to", "cuda", "cpu", "half", "float", "double", "bfloat16"):
+        base = base.func.value
+    if not isinstance(base, cst.Call) or not base.args:
+        return None
+    first = base.args[0]
+    if first.keyword is not None and first.keyword.value not in ("module", "model"):
+        return None
+    inner = dotted(first.value)
+    if not inner or mm.resolver.of_path(fn, inner)[0] != catalog.MODEL:
+        return None
+    d = dotted(base.func) or ""
+    last = d.rsplit(".", 1)[-1]
+    if last[:1].isupper() or last in ("compile", "script", "trace", "prepare", "prepare_model",
+                                       "memory_efficient_fusion", "convert_sync_batchnorm",
+                                       "setup", "wrap", "fully_shard", "unwrap_model", "deepcopy"):
+        return inner
     return None
 
 

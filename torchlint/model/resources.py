@@ -189,8 +189,7 @@ class Accumulation:
 class LoaderInfo:
     """A ``DataLoader(...)`` construction."""
 
-    __slots__ = ("op", "fn", "shuffle", "sampler", "iterable", "unknown", "shuffle_arg", "names",
-                 "full_batch")
+    __slots__ = ("op", "fn", "shuffle", "sampler", "iterable", "unknown", "shuffle_arg", "full_batch")
 
     def __init__(self, op, fn):
         self.op, self.fn = op, fn
@@ -200,7 +199,6 @@ class LoaderInfo:
         self.iterable = False
         self.unknown = False  # **kwargs / *args: anything may be set
         self.full_batch = False  # batch_size=len(dataset)
-        self.names: list = []  # paths the loader is bound to
 
 
 # ============================================================== the per-module answers
@@ -208,7 +206,7 @@ class Resources:
     def __init__(self, mm):
         self.mm = mm
         self._assigns: dict = {}
-        self._fn_of_op: Optional[dict] = None
+        self._accs: dict = {}
         self._move_cache: dict = {}
 
     # ------------------------------------------------------------ definitions
@@ -243,14 +241,6 @@ class Resources:
         d = dotted(t)
         if d:
             r.setdefault(d, []).append((op, value, None))
-
-    def fn_of_op(self, op):
-        if self._fn_of_op is None:
-            self._fn_of_op = {}
-            for f in self.mm.all_functions:
-                for o in walk(f.body):
-                    self._fn_of_op[id(o)] = f
-        return self._fn_of_op.get(id(op))
 
     def definitions(self, fn, path: str) -> list:
         """[(owner function, AssignOp, value expression, tuple index or None)] for ``path``
@@ -855,6 +845,9 @@ class Resources:
     def accumulations(self, fn) -> list:
         """Values stored into containers inside loops: aug-assignments, ``x = x + v``,
         ``c.append(v)``/``extend``/``insert``, ``c[k] = v``."""
+        cached = self._accs.get(id(fn))
+        if cached is not None:
+            return cached
         out = []
         for op in walk(fn.body):
             if op.loop is None:
@@ -889,6 +882,7 @@ class Resources:
                 out.append(Accumulation(op, fn, c, a.value, facts, op.attr, ()))
         for acc in out:
             acc.loops = self._accumulating_loops(fn, acc)
+        self._accs[id(fn)] = out
         return out
 
     def _resets(self, fn, path: str) -> list:
@@ -916,14 +910,6 @@ class Resources:
             loops.append(lp)
             lp = lp.parent
         return tuple(loops)
-
-    def reset_loop(self, acc: Accumulation) -> Optional[LoopOp]:
-        """The innermost loop around the accumulation that resets the container."""
-        lp = acc.op.loop
-        n = len(acc.loops)
-        for _ in range(n):
-            lp = lp.parent if lp is not None else None
-        return lp
 
     def consumed_by_backward(self, acc: Accumulation) -> bool:
         """A backward (or ``autograd.grad``) whose input derives from the container runs in
