@@ -142,10 +142,11 @@ def main(argv=None) -> int:
     head = ["repository", "files", "training loops", "cross-module calls", "findings"] + codes + \
         ["wall (s)", "CPU (s)"]
     rows = []
+    common = os.path.commonpath([os.path.abspath(r["path"]) for r in repos])
     for r in repos:
         c = Counter(f.code for f in r["findings"])
-        name = r["path"].rstrip("/")
-        name = "/".join(name.split("/")[-2:]) if name.endswith("examples") and "/" in name else os.path.basename(name)
+        name = os.path.relpath(os.path.abspath(r["path"]), common) if len(repos) > 1 else \
+            os.path.basename(os.path.abspath(r["path"]))
         rows.append([name, r["files"], r["loops"], r["xcalls"], len(r["findings"])] + [c.get(k, 0) for k in codes]
                     + [f"{r['time']:.1f}", f"{r['cpu']:.1f}"])
     tot = ["total"] + [sum(r[i] for r in rows) for i in range(1, 5)] + \

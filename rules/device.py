@@ -116,10 +116,13 @@ for x, y in loader:
                     fwd_moves[o.target] = res.model_move(fn, o.target)
             reported = set()  # (loop, tensor) reported at an earlier call; statement lines reported
             for op in ops:
+                unmoved = _unmoved_args(mm, op)
+                if not unmoved:
+                    continue  # (before line_of: positions cost as much as a parse)
                 line = mm.line_of(op.stmt if op.stmt is not None else op.node)
                 if line in reported:
                     continue  # one finding per statement
-                bad = [(a, f) for a, f in _unmoved_args(mm, op)
+                bad = [(a, f) for a, f in unmoved
                        if (id(op.loop), mm.code_for(a.value).strip()) not in reported]
                 if not bad or op.kind == LOSS and _is_ctc(mm, fn, op):
                     continue

@@ -402,3 +402,17 @@ def explain(model, loader):
 """
     assert lint(src) == []
     assert lint(src.replace("    with torch.enable_grad():\n", "    if True:\n")) == [("TL204", 23)]
+
+
+def test_zero_grad_through_a_wrapper_name_is_trusted(lint):
+    src = HEADER + """
+def train(loader):
+    net = Net()
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+    model = nn.DataParallel(net)
+    for x, y in loader:
+        model.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+"""
+    assert lint(src) == []

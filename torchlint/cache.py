@@ -2,9 +2,16 @@
 
 An entry is keyed on the file's path and content hash, the torchlint version and the
 effective options; it stores the findings, the summaries the module exports and the
-cross-module questions its rules asked.  The engine re-lints a cached file when the
-answers to those questions changed (an imported module was edited).  Entries that are
-corrupt, truncated, from another version or owned by another user are ignored.
+cross-module questions its rules asked (with a hash of the answers they got).  The engine
+re-lints a cached file when the answers to those questions changed (an imported module was
+edited), so a change in one module re-lints its dependents and nothing else.  Entries that
+are corrupt, truncated, from another version or owned by another user are ignored.
+
+Finding an entry must not cost reading every file of the tree: ``index.json`` maps each
+path to ``(mtime_ns, size, content hash)``.  When a file's ``stat`` matches, its stored hash
+is used without opening it; otherwise the file is read and hashed again.  A file modified
+within a couple of seconds of being indexed ("racy": a later edit may keep the same mtime
+and size) is always re-hashed.
 """
 from __future__ import annotations
 
@@ -12,6 +19,7 @@ import hashlib
 import json
 import os
 import tempfile
+import time
 from typing import Optional
 
 from . import __version__
@@ -19,6 +27,7 @@ from . import __version__
 _TAG = ("Signature: 8a477f597d28d172789f06886806bc55\n"
         "# This file is a cache directory tag created by torchlint.\n"
         "# For information about cache directory tags see https://bford.info/cachedir/\n")
+_RACY_NS = 2_000_000_000  # an mtime this close to "now" may not change on the next edit
 
 
 class Cache:
@@ -27,12 +36,21 @@ class Cache:
         self._ready = False
         self.hits = 0
         self.misses = 0
+        self.hashed = 0  # files read and hashed (their stat did not match the index)
+        self._index: Optional[dict] = None
+        self._dirty = False
+        self._seen: dict = {}  # abspath -> (mtime_ns, size, hash) as found by get()
+
+    # ------------------------------------------------------------ directory
+    @property
+    def _vdir(self) -> str:
+        return os.path.join(self.dir, "v" + __version__)
 
     def _ensure(self) -> bool:
         if self._ready:
             return True
         try:
-            os.makedirs(os.path.join(self.dir, "v" + __version__), exist_ok=True)
+            os.makedirs(self._vdir, exist_ok=True)
             tag = os.path.join(self.dir, "CACHEDIR.TAG")
             if not os.path.exists(tag):
                 with open(tag, "w") as fh:
@@ -46,33 +64,96 @@ class Cache:
             return False
         return True
 
-    def _key(self, path: str, data: bytes, opts) -> str:
+    # ------------------------------------------------------------ stat index
+    def _load_index(self) -> dict:
+        if self._index is None:
+            self._index = {}
+            f = os.path.join(self._vdir, "index.json")
+            try:
+                st = os.stat(f)
+                if not hasattr(os, "getuid") or st.st_uid == os.getuid():
+                    with open(f, encoding="utf-8") as fh:
+                        d = json.load(fh)
+                    if isinstance(d, dict) and d.get("version") == __version__ and isinstance(d.get("files"), dict):
+                        self._index = d["files"]
+            except (OSError, ValueError, TypeError):
+                self._index = {}
+        return self._index
+
+    def content_hash(self, path: str) -> Optional[str]:
+        """The sha256 of ``path``'s bytes, from the index when its stat is unchanged."""
+        ap = os.path.abspath(path)
+        try:
+            st = os.stat(ap)
+        except OSError:
+            return None
+        idx = self._load_index()
+        e = idx.get(ap)
+        if isinstance(e, list) and len(e) == 4 and e[0] == st.st_mtime_ns and e[1] == st.st_size \
+                and not e[3] and isinstance(e[2], str):
+            self._seen[ap] = (st.st_mtime_ns, st.st_size, e[2])
+            return e[2]
+        try:
+            with open(ap, "rb") as fh:
+                data = fh.read()
+        except OSError:
+            return None
+        self.hashed += 1
+        h = hashlib.sha256(data).hexdigest()
+        racy = time.time_ns() - st.st_mtime_ns < _RACY_NS
+        idx[ap] = [st.st_mtime_ns, st.st_size, h, racy]
+        self._dirty = True
+        self._seen[ap] = (st.st_mtime_ns, st.st_size, h)
+        return h
+
+    def flush(self) -> None:
+        """Write the index (when it changed); the engine calls this at the end of a run."""
+        if not self._dirty or self._index is None or not self._ensure():
+            return
+        # forget files that no longer exist, so the index does not grow without bound
+        idx = {p: e for p, e in self._index.items() if os.path.exists(p)}
+        tmp = None
+        try:
+            fd, tmp = tempfile.mkstemp(dir=self._vdir, suffix=".tmp")
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                json.dump({"version": __version__, "files": idx}, fh)
+            os.replace(tmp, os.path.join(self._vdir, "index.json"))
+            self._dirty = False
+        except (OSError, TypeError, ValueError):
+            if tmp is not None:
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass
+
+    # ------------------------------------------------------------ entries
+    def _key(self, path: str, digest: str, opts) -> str:
         h = hashlib.sha256()
         h.update(__version__.encode())
         h.update(opts.fingerprint().encode())
         h.update(os.path.abspath(path).encode())
-        h.update(hashlib.sha256(data).digest())
+        h.update(digest.encode())
         return h.hexdigest()
 
     def _file(self, key: str) -> str:
-        return os.path.join(self.dir, "v" + __version__, key[:2], key + ".json")
+        return os.path.join(self._vdir, key[:2], key + ".json")
 
     def get(self, path: str, opts):
         from .engine import FileResult
 
-        try:
-            with open(path, "rb") as fh:
-                data = fh.read()
-        except OSError:
+        digest = self.content_hash(path)
+        if digest is None:
             return None
-        f = self._file(self._key(path, data, opts))
+        f = self._file(self._key(path, digest, opts))
         try:
             st = os.stat(f)
             if hasattr(os, "getuid") and st.st_uid != os.getuid():
+                self.misses += 1
                 return None
             with open(f, encoding="utf-8") as fh:
                 d = json.load(fh)
             if d.get("version") != __version__:
+                self.misses += 1
                 return None
             r = FileResult.from_json(d["result"])
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
@@ -84,12 +165,22 @@ class Cache:
     def put(self, path: str, opts, result) -> None:
         if result is None or result.error or result.internal_error or not self._ensure():
             return
+        ap = os.path.abspath(path)
+        seen = self._seen.get(ap)
         try:
-            with open(path, "rb") as fh:
-                data = fh.read()
+            st = os.stat(ap)
         except OSError:
             return
-        f = self._file(self._key(path, data, opts))
+        if seen is not None and seen[0] == st.st_mtime_ns and seen[1] == st.st_size:
+            digest = seen[2]
+        else:  # not looked up before, or changed since: hash what is there now
+            self._seen.pop(ap, None)
+            self._load_index().pop(ap, None)
+            digest = self.content_hash(ap)
+            if digest is None:
+                return
+        f = self._file(self._key(path, digest, opts))
+        tmp = None
         try:
             os.makedirs(os.path.dirname(f), exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=os.path.dirname(f), suffix=".tmp")
@@ -97,7 +188,8 @@ class Cache:
                 json.dump({"version": __version__, "result": result.to_json()}, fh)
             os.replace(tmp, f)
         except (OSError, TypeError, ValueError):
-            try:
-                os.unlink(tmp)
-            except Exception:
-                pass
+            if tmp is not None:
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass

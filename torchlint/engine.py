@@ -210,7 +210,10 @@ def _finding(mm, rule, rep) -> Finding:
             fix = rep.fix(mm)
         except Exception:
             fix = None
-    line_text = mm.text.splitlines()[sl - 1].strip() if sl - 1 < len(mm.text.splitlines()) else ""
+    lines = getattr(mm, "_text_lines", None)
+    if lines is None:  # once per module, not once per finding
+        lines = mm._text_lines = mm.text.splitlines()
+    line_text = lines[sl - 1].strip() if sl - 1 < len(lines) else ""
     fp = hashlib.sha1(f"{rule.code}|{rep.scope}|{line_text}".encode()).hexdigest()[:16]
     return Finding(rule.code, rule.name, rep.message, mm.display_path, Span.of(sl, sc, el, ec),
                    rule.severity, fix, tuple(rep.related), fingerprint=fp, scope=rep.scope)
@@ -411,4 +414,7 @@ def run(files, opts: LintOptions, jobs: int = 1, cache=None, progress=None) -> l
         for i, f in enumerate(files):
             if i in fresh:
                 cache.put(f, opts, results[i])
+        flush = getattr(cache, "flush", None)
+        if flush is not None:
+            flush()
     return results

@@ -187,9 +187,9 @@ def _judge(f, path: str, lines: list, jr, timeout: float, src: Source) -> dict:
         k = reached[0].get("step", 0)
         anti = [x for x in facts if x.get("t") == "anti" and code in x.get("codes", ())
                 and _site_hit(x.get("sites"), path, lineset)]
-        if code in ("TL501", "TL502") and (state.get("backwards") or 0) < 3:
+        if code in ("TL501", "TL502") and (state.get("backwards") or 0) < 4:
             return _dynamic("not-reached", head + f"line {line} ran, but only {state.get('backwards', 0)} backward() "
-                                                  f"call(s) ran; at least 3 are needed to see a graph grow")
+                                                  f"call(s) ran; at least 4 are needed to see a graph grow")
         if code == "TL104" and not anti:
             return _dynamic("not-reached", head + f"line {line} ran, but no optimizer of these parameters was "
                                                   f"seen, so the run cannot tell whether one should step")

@@ -86,7 +86,7 @@ def _target(loss, variant, n):
 
 
 def make_loader(batch: dict, loss: str, variant: str, steps: int, tokens: bool = False):
-    n = B * steps
+    n = B * 2 * max(3, steps)  # as many batches as one capped loader pass of a real run
     kind = batch.get("kind", "tuple")
     x = torch.randint(0, 64, (n, 10)) if tokens else torch.randn(n, D)
     y = _target(loss, variant, n)

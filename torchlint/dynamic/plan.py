@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import ast
 import os
-from typing import Optional
 
 # codes with a probe, and what the probe looks at
 PROBED = {
@@ -69,8 +68,10 @@ class Source:
         if self.tree is None:
             return False
         for node in self.tree.body:
-            if isinstance(node, ast.If) and "__name__" in ast.unparse(node.test) and "__main__" in ast.unparse(node.test):
-                return True
+            if isinstance(node, ast.If):
+                test = ast.unparse(node.test)
+                if "__name__" in test and "__main__" in test:
+                    return True
         return False
 
     def line_text(self, line: int) -> str:
@@ -316,11 +317,13 @@ _BATCH_INPUTS = ("x", "xb", "inputs", "input", "images", "imgs", "image", "data"
 
 def _known_name(p: str) -> bool:
     n = p.lower()
-    return (n in _BATCH_INPUTS or _is_target_name(n) or "epoch" in n or n in ("steps", "max_steps", "num_steps", "n_steps", "iters", "max_iters", "num_iters",
-                                  "iterations", "lr", "learning_rate", "amp", "use_amp", "verbose", "debug",
-                                  "clip", "max_norm", "grad_clip", "clip_norm", "max_grad_norm", "log_freq",
-                                  "print_freq")
+    return (n in _BATCH_INPUTS or _is_target_name(n) or "epoch" in n or n in _KNOWN
             or "accum" in n or "interval" in n or "every" in n)
+
+
+_KNOWN = ("steps", "max_steps", "num_steps", "n_steps", "iters", "max_iters", "num_iters", "iterations", "lr",
+          "learning_rate", "amp", "use_amp", "verbose", "debug", "clip", "max_norm", "grad_clip", "clip_norm",
+          "max_grad_norm", "log_freq", "print_freq")
 
 
 def scope_of(finding, path: str) -> str:

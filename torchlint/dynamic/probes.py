@@ -17,7 +17,6 @@ import math
 import os
 import sys
 import threading
-import time
 import weakref
 
 import torch
@@ -189,6 +188,7 @@ class Probes(TorchFunctionMode):
         self.anomaly_site = None
         self.user_anomaly = False
         self.series: dict = {}
+        self.prev_roots: dict = {}
         self.cuda_mem: list = []
         self.reached: set = set()
         self.recent_lines: set = set()  # target lines run since the last backward()
@@ -621,6 +621,8 @@ class Probes(TorchFunctionMode):
         return p.device if p is not None else None
 
     def _check_inputs(self, module, args, sites):
+        if isinstance(module, (nn.DataParallel, nn.parallel.DistributedDataParallel)):
+            return  # these scatter their inputs to the devices themselves
         pdev = self._param_device(module)
         if pdev is None:
             return
@@ -676,9 +678,8 @@ class Probes(TorchFunctionMode):
             return func(*args, **kwargs)
         name = getattr(func, "__name__", "")
         codes = self.codes
-        pre = None
         if name in _LOSSES and args:
-            pre = self._loss_check(name, args, kwargs)
+            self._loss_check(name, args, kwargs)
         inplace = ""
         if "TL301" in codes:
             inplace = _is_inplace(func, kwargs)
@@ -774,8 +775,8 @@ class Probes(TorchFunctionMode):
                 self._target_check(name, x, target, sites)
             elif name == "binary_cross_entropy_with_logits":
                 inside = mn >= 0.0 and mx <= 1.0
-                if prov == "SigmoidBackward0" or (inside and x.numel() >= 16 and prov is None
-                                                   and not x.requires_grad):
+                if prov == "SigmoidBackward0" or (
+                        inside and x.numel() >= 16 and prov is None and not x.requires_grad):
                     self.obs("TL402", sites, f"step {step}: the input of binary_cross_entropy_with_logits at line "
                                              f"{line} came from sigmoid{'' if prov else ' (all values in [0, 1])'}: "
                                              f"values in [{_fmt(mn)}, {_fmt(mx)}]; the loss applies sigmoid again")
@@ -953,7 +954,8 @@ class Probes(TorchFunctionMode):
                             lr1 = opt.param_groups[0]["lr"]
                         except Exception:
                             lr1 = None
-                        probes.obs("TL105", sites, f"step {probes.backwards + 1}: scheduler.step() at line {sites[0][1]} "
+                        probes.obs("TL105", sites, f"step {probes.backwards + 1}: scheduler.step() at line "
+                                                   f"{sites[0][1]} "
                                                    f"ran before the first optimizer.step() of {st.name}: the "
                                                    f"learning rate moved from {_fmt(lr0)} to {_fmt(lr1)} before "
                                                    f"any update used it")
@@ -997,11 +999,21 @@ class Probes(TorchFunctionMode):
                                 holders[(scope, "self." + an)] = av
             f = f.f_back
         for key, v in holders.items():
-            roots = [t for t in _tensors(v) if t.grad_fn is not None]
-            n = _count_nodes(roots) if roots else 0
+            roots = [t.grad_fn for t in _tensors(v) if t.grad_fn is not None][:64]
+            prev = self.prev_roots.get(key)
+            if roots:
+                seen = _reachable(roots)
+                n = len(seen)
+                # the holder still reaches the graph it held at the previous backward: it retains it
+                kept = bool(prev) and all(id(r) in seen for r in prev)
+                self.prev_roots[key] = roots  # strong references until the next measurement
+            else:
+                n, kept = 0, False
+                self.prev_roots.pop(key, None)
             s = self.series.setdefault(key, [])
             if len(s) < 64:
-                s.append((k, n, max((t.dim() for t in roots), default=0)))
+                dims = max((t.dim() for t in _tensors(v) if t.grad_fn is not None), default=0)
+                s.append((k, n, dims, kept))
 
     def graph_findings(self):
         """Variables whose reachable autograd graph grew at least twice without shrinking."""
@@ -1010,7 +1022,7 @@ class Probes(TorchFunctionMode):
             best = None
             run = [s[0]] if s else []
             for prev, cur in zip(s, s[1:]):
-                if cur[1] >= prev[1]:
+                if (cur[3] or prev[1] == 0) and cur[1] >= prev[1]:
                     run.append(cur)
                 else:
                     run = [cur]
@@ -1027,7 +1039,8 @@ class Probes(TorchFunctionMode):
             out.append(dict(codes=["TL501", "TL502"], names=[name], scope=list(scope),
                             sites=[[scope[0], scope[1], scope[2]]],
                             evidence=(f"steps {best[0][0]}–{best[-1][0]}: `{name}` kept the autograd graph of "
-                                      f"every step: {_series(best)} graph nodes "
+                                      f"every step (each step's graph still reachable at the next): "
+                                      f"{_series(best)} graph nodes "
                                       f"reachable from it after each backward"
                                       f"{' (tensors of ' + str(dims) + ' dims)' if dims else ''}{mem}")))
         return out
@@ -1074,10 +1087,30 @@ class _Spellings:
 
 
 def _series(run) -> str:
-    vals = [str(c) for _, c, _ in run]
+    vals = [str(e[1]) for e in run]
     if len(vals) > 7:
         vals = vals[:3] + ["…"] + vals[-3:]
     return " → ".join(vals)
+
+
+def _reachable(fns, limit=200000):
+    """ids of the autograd nodes reachable from ``fns`` (AccumulateGrad leaves excluded)."""
+    seen = set()
+    stack = list(fns)
+    while stack and len(seen) < limit:
+        fn = stack.pop()
+        if fn is None or id(fn) in seen:
+            continue
+        if type(fn).__name__ == "AccumulateGrad":
+            continue
+        seen.add(id(fn))
+        try:
+            for n, _ in fn.next_functions:
+                if n is not None and id(n) not in seen:
+                    stack.append(n)
+        except Exception:
+            pass
+    return seen
 
 
 def _count_nodes(roots, limit=200000):

@@ -124,6 +124,47 @@ _SCALAR_METHODS = {"item", "tolist", "numpy"}
 _PROB_KINDS = ("probs", "sigmoid", "logprobs", "logits")
 
 
+_CHILD_FIELDS: dict = {}
+_TOKEN_TYPES: dict = {}
+# libcst's visiting order where it differs from the dataclass field order
+_VISIT_FIRST = {"IfExp": ("body", "test", "orelse")}
+
+
+def _code_children(e) -> list:
+    """``e.children`` in the same order, without whitespace and punctuation nodes, cheaply:
+    libcst's ``.children`` rebuilds the node through a visitor (the dataflow pass's hot spot)."""
+    tp = type(e)
+    names = _CHILD_FIELDS.get(tp)
+    if names is None:
+        import dataclasses
+
+        names = tuple(f.name for f in dataclasses.fields(tp))
+        first = _VISIT_FIRST.get(tp.__name__)
+        if first:
+            names = first + tuple(n for n in names if n not in first)
+        _CHILD_FIELDS[tp] = names
+    out = []
+    for name in names:
+        v = getattr(e, name)
+        if isinstance(v, cst.CSTNode):
+            vals = (v,)
+        elif isinstance(v, (tuple, list)):
+            vals = v
+        else:
+            continue
+        for x in vals:
+            t = type(x)
+            tok = _TOKEN_TYPES.get(t)
+            if tok is None:
+                tok = _TOKEN_TYPES[t] = not issubclass(t, cst.CSTNode) or t.__module__ in (
+                    "libcst._nodes.whitespace", "libcst._nodes.op") or t.__name__ in (
+                    "LeftParen", "RightParen", "LeftSquareBracket", "RightSquareBracket",
+                    "LeftCurlyBrace", "RightCurlyBrace", "Asynchronous")
+            if not tok:
+                out.append(x)
+    return out
+
+
 def _strip(f: frozenset, *names: str) -> frozenset:
     return f.difference(names)
 
@@ -514,8 +555,8 @@ class Dataflow:
                                 if d and k:
                                     en[d] = frozenset({"param"})
                     f = f.inner_for_in
-            for child in e.children:
-                if isinstance(child, cst.CSTNode) and not isinstance(child, cst.BaseSuite):
+            for child in _code_children(e):
+                if not isinstance(child, cst.BaseSuite):
                     stack.append((child, en))
 
     def _call_inplace(self, op: CallOp, env) -> None:
@@ -606,7 +647,7 @@ class Dataflow:
                     names.append((e.left, lf))
                 if lf & _GRAPHY:
                     names.append((e.right, rf))
-            for child in e.children:
+            for child in _code_children(e):
                 if isinstance(child, cst.BaseExpression):
                     stack.append(child)
         return self._mark(names, env)

@@ -222,7 +222,20 @@ def clear_covers(mm, fn, c, step: CallOp, must: bool, n_opts: int = 1, stepped=f
         owners = mm.resolver.optimizer_owners(fn, st)
         if owners is None:
             return unknown
-        return any(_under(ct, o) or _under(o, ct) for o in owners)
+        if any(_under(ct, o) or _under(o, ct) for o in owners):
+            return True
+        if must:
+            return False
+        # may it clear them? Only a model that another optimizer stepped here owns (GANs:
+        # netD.zero_grad() belongs to optD) surely does not; another name may be a wrapper
+        # of the same modules (model = DDP(net)).
+        for other in stepped:
+            if other == st:
+                continue
+            o2 = mm.resolver.optimizer_owners(fn, other)
+            if o2 and any(_under(ct, o) or _under(o, ct) for o in o2):
+                return False
+        return True
     return unknown
 
 

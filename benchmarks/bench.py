@@ -1,0 +1,310 @@
+"""Side-by-side throughput benchmark: torchlint against TorchFix, a bare libcst parse and ruff.
+
+    python benchmarks/bench.py                      # the installed torch package's own source
+    python benchmarks/bench.py /path/to/checkout    # plus any checkouts
+    python benchmarks/bench.py --no-torch ../timm --jobs 4 --json out.json
+
+For each corpus, in one invocation, on the same files and the same number of processes:
+
+* torchlint cold     (empty cache: every file read, prefiltered, parsed when a rule could fire)
+* torchlint warm     (cache filled, nothing changed: no file parsed)
+* torchlint touched  (one file edited: it is re-linted, plus the files whose answers changed)
+* TorchFix           (``torchfix --select ALL -j N``; another venv: ``--torchfix PATH``)
+* libcst parse       (``libcst.parse_module`` of every file in a pool of N processes: the floor)
+* ruff               (``ruff check --select ALL``, RAYON_NUM_THREADS=N; a reference, Rust)
+
+and torchlint cold on 10%, 50% and 100% of the files (every 10th, every 2nd, all: the same mix
+of file sizes) to show that throughput does not degrade with the size of the tree.
+
+Each tool runs in a child ``python bench.py --_measure`` that records wall time and the peak
+resident memory of the largest process of the tree (``getrusage(RUSAGE_CHILDREN).ru_maxrss``:
+the busiest worker, or the parent when it is larger).  The torch source is copied to a scratch
+folder first (discovery skips ``site-packages`` by default, as ruff does).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+# ---------------------------------------------------------------- helpers run in children
+def _measure(argv) -> int:
+    """Run ``argv``; print {"wall", "maxrss_mb", "rc"} as JSON on the last line of stderr."""
+    env = dict(os.environ)
+    t0 = time.perf_counter()
+    p = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    wall = time.perf_counter() - t0
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    err = p.stderr.decode("utf-8", "replace")
+    sys.stderr.write(err[-2000:] + "\n")
+    sys.stderr.write(json.dumps({"wall": wall, "maxrss_mb": ru.ru_maxrss / 1024, "rc": p.returncode,
+                                 "cpu": ru.ru_utime + ru.ru_stime}) + "\n")
+    return 0
+
+
+def _parse_one(path: str) -> int:
+    import libcst as cst
+
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+        cst.parse_module(data.decode("utf-8"))
+        return 1
+    except Exception:
+        return 0
+
+
+def _parse_floor(listfile: str, jobs: int) -> int:
+    """libcst.parse_module of every file, N processes, chunked like torchlint's pool."""
+    with open(listfile) as fh:
+        files = [line.rstrip("\n") for line in fh if line.strip()]
+    if jobs <= 1:
+        ok = sum(_parse_one(f) for f in files)
+    else:
+        from concurrent.futures import ProcessPoolExecutor
+
+        chunk = max(1, min(64, len(files) // (jobs * 8) or 1))
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            ok = sum(pool.map(_parse_one, files, chunksize=chunk))
+    print(f"parsed {ok}/{len(files)}", file=sys.stderr)
+    return 0
+
+
+# ---------------------------------------------------------------- the driver
+def _run(argv, env_extra=None) -> dict:
+    env = dict(os.environ)
+    env.update(env_extra or {})
+    p = subprocess.run([sys.executable, os.path.abspath(__file__), "--_measure", "--"] + argv,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    lines = p.stderr.decode("utf-8", "replace").strip().splitlines()
+    try:
+        return json.loads(lines[-1])
+    except (IndexError, ValueError):
+        return {"wall": float("nan"), "maxrss_mb": float("nan"), "rc": -1, "err": "\n".join(lines[-5:])}
+
+
+def py_files(root: str) -> list:
+    out = []
+    for d, dirs, fs in os.walk(root):
+        dirs[:] = sorted(x for x in dirs if not x.startswith(".") and x not in ("__pycache__", "node_modules"))
+        out.extend(os.path.join(d, f) for f in sorted(fs) if f.endswith(".py"))
+    return out
+
+
+def torch_dir() -> str:
+    import importlib.util
+
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit("bench: torch is not installed (pass --no-torch and a checkout)")
+    return list(spec.submodule_search_locations)[0]
+
+
+def copy_py(src: str, out: str) -> str:
+    """The .py files of ``src`` under ``out`` (mtimes kept): the benchmark edits one file."""
+    for f in py_files(src):
+        t = os.path.join(out, os.path.relpath(f, src))
+        os.makedirs(os.path.dirname(t), exist_ok=True)
+        shutil.copy2(f, t)
+    return out
+
+
+def count_lines(files) -> int:
+    n = 0
+    for f in files:
+        with open(f, "rb") as fh:
+            n += fh.read().count(b"\n")
+    return n
+
+
+def torchlint_cmd(paths, cache_dir, jobs):
+    return [sys.executable, "-m", "torchlint", "check", *paths, "--cache-dir", cache_dir, "-j", str(jobs),
+            "--exit-zero", "--no-progress", "-q", "--output-format", "concise", "-o", os.devnull]
+
+
+def pick_touched(files) -> str:
+    """A module other files import (a change re-lints it and maybe its dependents): the
+    most imported of the tree's modules with a function, falling back to the first file."""
+    best, best_n = None, -1
+    names = {}
+    for f in files:
+        base = os.path.splitext(os.path.basename(f))[0]
+        if base != "__init__":
+            names.setdefault(base, f)
+    counts = dict.fromkeys(names, 0)
+    for f in files[:: max(1, len(files) // 400)]:
+        try:
+            text = open(f, encoding="utf-8", errors="replace").read()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            s = line.strip()
+            if s.startswith(("from ", "import ")):
+                for tok in s.replace(",", " ").replace(".", " ").split():
+                    if tok in counts:
+                        counts[tok] += 1
+    for name, n in counts.items():
+        if n > best_n and "def " in open(names[name], encoding="utf-8", errors="replace").read():
+            best, best_n = names[name], n
+    return best or files[0]
+
+
+def bench_corpus(name, root, args, scratch) -> dict:
+    files = py_files(root)
+    lines = count_lines(files)
+    jobs = args.jobs
+    res = {"corpus": name, "root": root, "files": len(files), "lines": lines, "jobs": jobs, "rows": {}}
+    rows = res["rows"]
+    listfile = os.path.join(scratch, f"{name}.files")
+    with open(listfile, "w") as fh:
+        fh.write("\n".join(files) + "\n")
+    cache = os.path.join(scratch, f"{name}.cache")
+    shutil.rmtree(cache, ignore_errors=True)
+
+    def row(label, r, n_files=len(files), n_lines=lines):
+        r.update(files=n_files, lines=n_lines)
+        rows[label] = r
+        print(f"  {label:<22} {r['wall']:8.2f} s  rc={r.get('rc')}  {r['maxrss_mb']:.0f} MB", file=sys.stderr)
+
+    print(f"{name}: {len(files)} files, {lines} lines, {jobs} processes", file=sys.stderr)
+    if "torchlint" in args.tools:
+        row("torchlint cold", _run(torchlint_cmd([root], cache, jobs)))
+        row("torchlint warm", _run(torchlint_cmd([root], cache, jobs)))
+        touched = pick_touched(files)
+        with open(touched, "rb") as fh:
+            orig = fh.read()
+        st = os.stat(touched)
+        try:
+            with open(touched, "ab") as fh:
+                fh.write(b"\n# touched by benchmarks/bench.py\n")
+            r = _run(torchlint_cmd([root], cache, jobs))
+            r["touched"] = os.path.relpath(touched, root)
+            row("torchlint touched", r)
+        finally:
+            with open(touched, "wb") as fh:
+                fh.write(orig)
+            os.utime(touched, ns=(st.st_atime_ns, st.st_mtime_ns))
+    if "torchfix" in args.tools:
+        tf = args.torchfix or shutil.which("torchfix")
+        if tf and os.path.exists(tf):
+            k = max(1, args.torchfix_every)
+            if k == 1:
+                row("TorchFix 0.7.0", _run([tf, "--select", "ALL", "-j", str(jobs), root]))
+            else:  # a strided sample (same mix of files); compared by throughput
+                sub = files[::k]
+                row(f"TorchFix 0.7.0 (1 in {k} files)",
+                    _run([tf, "--select", "ALL", "-j", str(jobs)] + sub), len(sub), count_lines(sub))
+        else:
+            print("  TorchFix: not found (pass --torchfix PATH)", file=sys.stderr)
+    if "libcst" in args.tools:
+        row("libcst parse (floor)", _run([sys.executable, os.path.abspath(__file__), "--_parse-floor",
+                                          listfile, str(jobs)]))
+    if "ruff" in args.tools and shutil.which("ruff"):
+        row("ruff (reference)", _run(["ruff", "check", "--no-cache", "--isolated", "--select", "ALL",
+                                      "--exit-zero", "-q", "-o", os.devnull, root],
+                                     {"RAYON_NUM_THREADS": str(jobs)}))
+    if "torchlint" in args.tools and not args.no_scaling:
+        res["scaling"] = {}
+        for pct, step in ((10, 10), (50, 2), (100, 1)):
+            sub = files[::step]
+            n_lines = count_lines(sub)
+            if pct == 100 and "torchlint cold" in rows:
+                r = dict(rows["torchlint cold"])
+            else:
+                c = os.path.join(scratch, f"{name}.cache{pct}")
+                shutil.rmtree(c, ignore_errors=True)
+                # files named on the command line: pass them through a list file via xargs-like chunks
+                r = _run(torchlint_cmd(sub, c, jobs))
+            r.update(files=len(sub), lines=n_lines)
+            res["scaling"][pct] = r
+            print(f"  cold on {pct:>3}%: {r['wall']:8.2f} s  {n_lines / r['wall']:,.0f} lines/s", file=sys.stderr)
+    return res
+
+
+def render(results, load) -> str:
+    out = []
+    for res in results:
+        rows = res["rows"]
+        cold = rows.get("torchlint cold")
+        base = cold["lines"] / cold["wall"] if cold else None  # lines/s
+        out.append(f"### {res['corpus']}: {res['files']:,} files, {res['lines']:,} lines, "
+                   f"{res['jobs']} processes (load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at start, "
+                   f"{load[3]:.2f} at end)\n")
+        out.append("| run | wall (s) | CPU (s) | files/s | lines/s | peak MB / process | vs torchlint cold |")
+        out.append("|---|---:|---:|---:|---:|---:|---:|")
+        for label, r in rows.items():
+            w = r["wall"]
+            # time on the whole corpus relative to torchlint cold (throughput ratio for samples)
+            ratio = f"{base / (r['lines'] / w):.2f}×" if base else "-"
+            note = f" ({r['touched']})" if r.get("touched") else ""
+            rc = "" if r.get("rc", 0) in (0, 1) else f" [rc {r.get('rc')}]"
+            out.append(f"| {label}{note}{rc} | {w:.2f} | {r.get('cpu', float('nan')):.2f} | {r['files'] / w:,.0f} | {r['lines'] / w:,.0f} | "
+                       f"{r['maxrss_mb']:.0f} | {ratio} |")
+        if res.get("scaling"):
+            out.append("")
+            out.append("| torchlint cold on | files | lines | wall (s) | lines/s |")
+            out.append("|---|---:|---:|---:|---:|")
+            for pct, r in res["scaling"].items():
+                out.append(f"| {pct}% | {r['files']:,} | {r['lines']:,} | {r['wall']:.2f} | {r['lines'] / r['wall']:,.0f} |")
+            rates = [r["lines"] / r["wall"] for r in res["scaling"].values()]
+            out.append(f"\nspread of lines/s: {100 * (max(rates) - min(rates)) / max(rates):.0f}%")
+        out.append("")
+    return "\n".join(out)
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--_measure"]:
+        return _measure(argv[2:] if argv[1:2] == ["--"] else argv[1:])
+    if argv[:1] == ["--_parse-floor"]:
+        return _parse_floor(argv[1], int(argv[2]))
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("checkouts", nargs="*", help="more corpora (folders)")
+    ap.add_argument("--jobs", "-j", type=int, default=2)
+    ap.add_argument("--no-torch", action="store_true", help="skip the installed torch package's source")
+    ap.add_argument("--tools", default="torchlint,torchfix,libcst,ruff")
+    ap.add_argument("--torchfix", default="/tmp/tfenv/bin/torchfix" if os.path.exists("/tmp/tfenv/bin/torchfix") else None)
+    ap.add_argument("--torchfix-every", type=int, default=1,
+                    help="run TorchFix on every K-th file only (it is slow); compared by lines/s")
+    ap.add_argument("--no-scaling", action="store_true", help="skip the 10%%/50%% runs")
+    ap.add_argument("--json", help="also write the raw figures here")
+    args = ap.parse_args(argv)
+    args.tools = set(args.tools.split(","))
+    load0 = os.getloadavg()
+    scratch = tempfile.mkdtemp(prefix="torchlint-bench-")
+    results = []
+    try:
+        corpora = []
+        if not args.no_torch:
+            corpora.append(("torch", copy_py(torch_dir(), os.path.join(scratch, "src", "torch"))))
+        for c in args.checkouts:
+            if not os.path.isdir(c):
+                print(f"bench: error: {c}: not a folder", file=sys.stderr)
+                return 2
+            name = os.path.basename(os.path.abspath(c).rstrip("/"))
+            corpora.append((name, copy_py(os.path.abspath(c), os.path.join(scratch, "src", name))))
+        for name, root in corpora:
+            results.append(bench_corpus(name, root, args, scratch))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    load = tuple(load0) + (os.getloadavg()[0],)
+    print(render(results, load))
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"load": load, "results": results}, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

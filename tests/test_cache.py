@@ -1,0 +1,235 @@
+"""The result cache: a warm run parses nothing and reads no unchanged file, an edited module
+re-lints itself and the modules whose cross-module answers changed (and nothing else),
+corrupt entries and a corrupt index are ignored, the directory is tagged and git-ignored."""
+import json
+import os
+import textwrap
+
+import libcst
+import pytest
+
+from torchlint.cache import Cache
+from torchlint.engine import LintOptions, run
+from torchlint.selection import enabled_codes
+
+OPTS = LintOptions(frozenset(enabled_codes(["TL"], [], [])))
+
+HELPERS = """
+    import torch
+    import torch.nn.functional as F
+
+
+    def train_one_epoch(model, loader, optimizer):
+        {train_line}
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            optimizer.step()
+
+
+    @torch.no_grad()
+    def evaluate(model, loader):
+        model.eval()
+        correct = 0
+        for x, y in loader:
+            correct += (model(x).argmax(1) == y).sum().item()
+        return correct
+"""
+
+MAIN = """
+    import torch
+    import torch.nn as nn
+
+    from helpers import evaluate, train_one_epoch
+
+
+    def main(loader):
+        model = nn.Sequential(nn.Linear(8, 16), nn.Dropout(0.1), nn.Linear(16, 2))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for epoch in range(3):
+            train_one_epoch(model, loader, optimizer)
+            print(evaluate(model, loader))
+"""
+
+# a module with a bug of its own and no tie to the others
+LONELY = """
+    import torch
+
+
+    def fit(model, loader, optimizer, criterion):
+        for x, y in loader:
+            loss = criterion(model(x), y)
+            loss.backward()
+            optimizer.step()
+"""
+
+PLAIN = """
+    def add(a, b):
+        return a + b
+"""
+
+
+@pytest.fixture
+def parses(monkeypatch):
+    """Count libcst parses (the engine runs in-process with jobs=1)."""
+    seen = []
+    real = libcst.parse_module
+
+    def counting(source, *a, **kw):
+        seen.append(source)
+        return real(source, *a, **kw)
+
+    monkeypatch.setattr(libcst, "parse_module", counting)
+    return seen
+
+
+def _write(path, text):
+    path.write_text(textwrap.dedent(text).lstrip("\n"))
+
+
+@pytest.fixture
+def tree(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    _write(src / "helpers.py", HELPERS.format(train_line="pass"))
+    _write(src / "main.py", MAIN)
+    _write(src / "lonely.py", LONELY)
+    _write(src / "plain.py", PLAIN)
+    # an old mtime: the stat index trusts it (a fresh mtime is "racy" and re-hashed)
+    for p in src.iterdir():
+        os.utime(p, ns=(1_600_000_000_000_000_000, 1_600_000_000_000_000_000))
+    return src, sorted(str(p) for p in src.iterdir())
+
+
+def _found(results):
+    return {os.path.basename(r.path): [f"{f.code}:{f.line}" for f in r.findings] for r in results if r.findings}
+
+
+def test_warm_run_parses_and_reads_nothing(tmp_path, tree, parses):
+    src, paths = tree
+    cold = run(paths, OPTS, cache=Cache(str(tmp_path / "c")))
+    assert len(parses) >= 3  # plain.py has no trigger words: prefiltered, not parsed
+    expected = _found(cold)
+    assert expected == {"main.py": ["TL202:11"], "lonely.py": ["TL103:8"]}
+    del parses[:]
+    c = Cache(str(tmp_path / "c"))
+    warm = run(paths, OPTS, cache=c)
+    assert parses == []
+    assert c.hits == len(paths) and c.misses == 0
+    assert c.hashed == 0  # unchanged stat: not even read
+    assert _found(warm) == expected
+    assert [f.to_dict() for r in warm for f in r.findings] == [f.to_dict() for r in cold for f in r.findings]
+
+
+def test_touch_without_change_rehashes_but_does_not_parse(tmp_path, tree, parses):
+    src, paths = tree
+    run(paths, OPTS, cache=Cache(str(tmp_path / "c")))
+    os.utime(src / "lonely.py")  # new mtime, same bytes
+    del parses[:]
+    c = Cache(str(tmp_path / "c"))
+    run(paths, OPTS, cache=c)
+    assert parses == [] and c.hits == len(paths) and c.hashed == 1
+
+
+def test_edit_relints_only_the_file_when_nothing_depends_on_it(tmp_path, tree, parses):
+    src, paths = tree
+    first = _found(run(paths, OPTS, cache=Cache(str(tmp_path / "c"))))
+    with open(src / "lonely.py", "a") as fh:
+        fh.write("\n\ndef unused():\n    return 1\n")
+    del parses[:]
+    c = Cache(str(tmp_path / "c"))
+    again = _found(run(paths, OPTS, cache=c))
+    assert len(parses) == 1 and "def unused" in parses[0]
+    assert c.hits == len(paths) - 1
+    assert again == first
+
+
+def test_change_in_imported_module_relints_its_dependents(tmp_path, tree, parses):
+    src, paths = tree
+    first = _found(run(paths, OPTS, cache=Cache(str(tmp_path / "c"))))
+    assert "main.py" in first
+    # the helper now restores training mode itself: main.py's finding must go away
+    _write(src / "helpers.py", HELPERS.format(train_line="model.train()"))
+    del parses[:]
+    c = Cache(str(tmp_path / "c"))
+    fixed = _found(run(paths, OPTS, cache=c))
+    assert "main.py" not in fixed and fixed.get("lonely.py") == first["lonely.py"]
+    reparsed = sorted("from helpers import" in s for s in parses)
+    assert reparsed == [False, True]  # helpers.py and its dependent main.py; lonely.py not
+    assert c.hits == len(paths) - 1  # main.py was a hit, then re-linted because its answers changed
+    # and a warm run after that parses nothing again
+    del parses[:]
+    assert _found(run(paths, OPTS, cache=Cache(str(tmp_path / "c")))) == fixed
+    assert parses == []
+
+
+def test_corrupt_entries_and_index_are_ignored(tmp_path, tree, parses):
+    src, paths = tree
+    cdir = tmp_path / "c"
+    expected = _found(run(paths, OPTS, cache=Cache(str(cdir))))
+    entries = [os.path.join(d, f) for d, _, fs in os.walk(cdir) for f in fs if f.endswith(".json")]
+    assert len(entries) >= len(paths)
+    for i, e in enumerate(entries):
+        with open(e, "w") as fh:  # truncated JSON, wrong shapes, plain garbage
+            fh.write(["{\"version\": ", "[]", "{\"version\": \"0\", \"result\": 1}", "\x00garbage"][i % 4])
+    c = Cache(str(cdir))
+    assert _found(run(paths, OPTS, cache=c)) == expected
+    assert c.hits == 0
+    # the entries were rewritten: the next run is warm again
+    del parses[:]
+    c2 = Cache(str(cdir))
+    assert _found(run(paths, OPTS, cache=c2)) == expected
+    assert parses == [] and c2.hits == len(paths)
+
+
+def test_stale_index_entry_does_not_hide_an_edit(tmp_path, tree):
+    src, paths = tree
+    cdir = tmp_path / "c"
+    run(paths, OPTS, cache=Cache(str(cdir)))
+    # the bug in lonely.py is fixed: the edit changes size and mtime
+    _write(src / "lonely.py", LONELY.replace("            optimizer.step()", "            optimizer.step()\n"
+                                            "            optimizer.zero_grad()"))
+    res = _found(run(paths, OPTS, cache=Cache(str(cdir))))
+    assert "lonely.py" not in res
+
+
+def test_cache_directory_is_tagged_and_ignored_by_git(tmp_path, tree):
+    src, paths = tree
+    cdir = tmp_path / "c"
+    run(paths, OPTS, cache=Cache(str(cdir)))
+    tag = (cdir / "CACHEDIR.TAG").read_text()
+    assert tag.startswith("Signature: 8a477f597d28d172789f06886806bc55")
+    assert "*" in (cdir / ".gitignore").read_text().split()
+    idx = [os.path.join(d, f) for d, _, fs in os.walk(cdir) for f in fs if f == "index.json"]
+    assert len(idx) == 1
+    files = json.load(open(idx[0]))["files"]
+    assert set(files) == {os.path.abspath(p) for p in paths}
+
+
+def test_options_are_part_of_the_key(tmp_path, tree, parses):
+    src, paths = tree
+    run(paths, OPTS, cache=Cache(str(tmp_path / "c")))
+    only = LintOptions(frozenset(enabled_codes(["TL2"], [], [])))
+    del parses[:]
+    c = Cache(str(tmp_path / "c"))
+    res = _found(run(paths, only, cache=c))
+    assert c.hits == 0 and parses  # other rules, other entries
+    assert all(code.startswith("TL2") for v in res.values() for code in v)
+
+
+def test_cli_no_cache_and_cache_dir(tmp_path, tree):
+    from click.testing import CliRunner
+
+    from torchlint.cli import main
+
+    src, paths = tree
+    cdir = tmp_path / "elsewhere"
+    r = CliRunner().invoke(main, ["check", str(src), "--cache-dir", str(cdir), "-j", "1", "--no-progress"])
+    assert r.exit_code == 1, r.output
+    assert (cdir / "CACHEDIR.TAG").exists()
+    nodir = tmp_path / "never"
+    r2 = CliRunner().invoke(main, ["check", str(src), "--no-cache", "--cache-dir", str(nodir), "-j", "1",
+                                   "--no-progress"])
+    assert r2.exit_code == 1 and r2.output == r.output
+    assert not nodir.exists()
