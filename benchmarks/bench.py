@@ -111,9 +111,10 @@ def torch_dir() -> str:
     return list(spec.submodule_search_locations)[0]
 
 
-def copy_py(src: str, out: str) -> str:
-    """The .py files of ``src`` under ``out`` (mtimes kept): the benchmark edits one file."""
-    for f in py_files(src):
+def copy_py(src: str, out: str, every: int = 1) -> str:
+    """The .py files of ``src`` under ``out`` (mtimes kept): the benchmark edits one file.
+    ``every`` > 1 keeps one file in ``every`` (a strided sample: the same mix of sizes)."""
+    for f in py_files(src)[::max(1, every)]:
         t = os.path.join(out, os.path.relpath(f, src))
         os.makedirs(os.path.dirname(t), exist_ok=True)
         shutil.copy2(f, t)
@@ -238,7 +239,7 @@ def render(results, load) -> str:
         rows = res["rows"]
         cold = rows.get("torchlint cold")
         base = cold["lines"] / cold["wall"] if cold else None  # lines/s
-        out.append(f"### {res['corpus']}: {res['files']:,} files, {res['lines']:,} lines, "
+        out.append(f"### {res['corpus']}{res.get('sampled', '')}: {res['files']:,} files, {res['lines']:,} lines, "
                    f"{res['jobs']} processes (load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at start, "
                    f"{load[3]:.2f} at end)\n")
         out.append("| run | wall (s) | CPU (s) | files/s | lines/s | peak MB / process | vs torchlint cold |")
@@ -277,6 +278,8 @@ def main(argv=None) -> int:
     ap.add_argument("--torchfix", default="/tmp/tfenv/bin/torchfix" if os.path.exists("/tmp/tfenv/bin/torchfix") else None)
     ap.add_argument("--torchfix-every", type=int, default=1,
                     help="run TorchFix on every K-th file only (it is slow); compared by lines/s")
+    ap.add_argument("--sample", type=int, default=1,
+                    help="bench one file in K of each corpus (a strided sample), e.g. on a loaded machine")
     ap.add_argument("--no-scaling", action="store_true", help="skip the 10%%/50%% runs")
     ap.add_argument("--json", help="also write the raw figures here")
     args = ap.parse_args(argv)
@@ -287,15 +290,17 @@ def main(argv=None) -> int:
     try:
         corpora = []
         if not args.no_torch:
-            corpora.append(("torch", copy_py(torch_dir(), os.path.join(scratch, "src", "torch"))))
+            corpora.append(("torch", copy_py(torch_dir(), os.path.join(scratch, "src", "torch"), args.sample)))
         for c in args.checkouts:
             if not os.path.isdir(c):
                 print(f"bench: error: {c}: not a folder", file=sys.stderr)
                 return 2
             name = os.path.basename(os.path.abspath(c).rstrip("/"))
-            corpora.append((name, copy_py(os.path.abspath(c), os.path.join(scratch, "src", name))))
+            corpora.append((name, copy_py(os.path.abspath(c), os.path.join(scratch, "src", name), args.sample)))
         for name, root in corpora:
             results.append(bench_corpus(name, root, args, scratch))
+            if args.sample > 1:
+                results[-1]["sampled"] = f" (1 file in {args.sample})"
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     load = tuple(load0) + (os.getloadavg()[0],)

@@ -7,8 +7,6 @@ engine (``torchlint.engine.run``) and checks findings, messages or the model's f
 import os
 import textwrap
 
-import pytest
-
 from torchlint.cache import Cache
 from torchlint.engine import LintOptions, run
 from torchlint.model import ExternalRef, ModuleModel, ProjectIndex
@@ -43,7 +41,7 @@ def codes(found) -> dict:
     return {k: [f"{c}:{l}" for c, l, _ in sorted(v)] for k, v in found.items() if v}
 
 
-def model_of(paths, target, project_from=None):
+def model_of(paths, target):
     """The ModuleModel of ``target`` built with the project the engine ends with."""
     import libcst as cst
     from torchlint.engine import _merge
@@ -113,7 +111,8 @@ def test_helper_that_sets_train_mode_itself_is_quiet(tmp_path):
 
 
 def test_caller_setting_train_mode_satisfies_the_helper(tmp_path):
-    main = MAIN.replace("            train_one_epoch(model", "            model.train()\n            train_one_epoch(model")
+    main = MAIN.replace("            train_one_epoch(model",
+                        "            model.train()\n            train_one_epoch(model")
     paths = write(tmp_path, {"engine.py": ENGINE.format(train_line="pass"), "main.py": main})
     assert codes(lint(paths)) == {}
 

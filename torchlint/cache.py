@@ -40,6 +40,7 @@ class Cache:
         self._index: Optional[dict] = None
         self._dirty = False
         self._seen: dict = {}  # abspath -> (mtime_ns, size, hash) as found by get()
+        self._fps: dict = {}  # id(opts) -> (opts, fingerprint)
 
     # ------------------------------------------------------------ directory
     @property
@@ -130,7 +131,10 @@ class Cache:
     def _key(self, path: str, digest: str, opts) -> str:
         h = hashlib.sha256()
         h.update(__version__.encode())
-        h.update(opts.fingerprint().encode())
+        fp = self._fps.get(id(opts))
+        if fp is None or fp[0] is not opts:
+            fp = self._fps[id(opts)] = (opts, opts.fingerprint())  # once per run, not per file
+        h.update(fp[1].encode())
         h.update(os.path.abspath(path).encode())
         h.update(digest.encode())
         return h.hexdigest()

@@ -133,6 +133,11 @@ def lint_text(path: str, text: str, opts: LintOptions, project: Optional[Project
         if "TL001" in opts.enabled:
             msg = str(exc.message if hasattr(exc, "message") else exc).strip().splitlines()[0]
             line, col = exc.raw_line, max(exc.raw_column, 0)
+            # CPython's parser usually pinpoints the error better; use it when it agrees
+            # that the file is invalid.
+            precise = _stdlib_syntax_error(text, path)
+            if precise is not None:
+                line, col, msg = precise
             res.findings.append(Finding("TL001", SyntaxErrorRule.name, f"syntax error: {msg}", shown,
                                         Span.of(line, col, line, col)))
         return res
@@ -187,6 +192,26 @@ def lint_text(path: str, text: str, opts: LintOptions, project: Optional[Project
         res.error = "; ".join(f"{shown}:{line}: unknown rule code `{code}` in `# noqa` (expected a code "
                               "listed by `torchlint rules`)" for line, code in bad)
     return res
+
+
+def _stdlib_syntax_error(text: str, path: str):
+    import ast
+    import warnings
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ast.parse(text, path)
+    except SyntaxError as exc:
+        if not exc.lineno:
+            return None
+        line_text = text.splitlines()[exc.lineno - 1] if exc.lineno <= len(text.splitlines()) else ""
+        col = max((exc.offset or 1) - 1, 0)
+        col = min(col, len(line_text))
+        return exc.lineno, col, exc.msg
+    except (ValueError, RecursionError, MemoryError):
+        return None
+    return None
 
 
 def _compiles(text: str, path: str) -> bool:

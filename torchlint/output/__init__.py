@@ -77,7 +77,7 @@ def write_text(findings, fixable_marker=True, show_fixes=False, statistics=False
 
 def write_statistics(findings) -> str:
     c = Counter((f.code, f.name) for f in findings)
-    fixable = Counter(f.code for f in findings if f.fix is not None)
+    fixable = Counter(f.code for f in findings if f.fix is not None and f.fix.applicability == "safe")
     lines = []
     for (code, name), n in sorted(c.items(), key=lambda x: (-x[1], x[0])):
         lines.append(f"{n:5d}\t{code}\t{'[*] ' if fixable[code] else ''}{name}")
