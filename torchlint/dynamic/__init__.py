@@ -176,6 +176,10 @@ def _judge(f, path: str, lines: list, jr, timeout: float, src: Source) -> dict:
             if x.get("t") == "end104" and _site_hit(x.get("sites"), path, lineset):
                 if jr.status in CONCLUSIVE:
                     return _dynamic("confirmed", head + x["evidence"])
+                msg = (jr.detail or {}).get("message", "")
+                if "No inf checks were recorded" in msg:  # GradScaler.update() saw no scaler.step()
+                    return _dynamic("confirmed", head + x["evidence"] + f"; then GradScaler.update() raised "
+                                                                        f"AssertionError: {msg[:120]}")
                 return _dynamic("not-reached", head + f"{x['evidence']}, but " +
                                 _status_reason(jr, line, timeout).replace(f" before line {line} ran",
                                                                           " before the run could finish"))
