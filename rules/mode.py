@@ -52,6 +52,17 @@ def _feeds_backward(mm, fn, loop) -> bool:
     return any(is_kind(mm, o, BACKWARD) for o in after)
 
 
+def _sorted(mm, origins) -> list:
+    """Origins in a stable order (modes are sets): explicit switches first, then by line."""
+    def key(o):
+        if isinstance(o, tuple):
+            text = o[0]
+            conditional = text.endswith((".train()`",)) and "eval" not in text
+            return (1 if conditional else 0, mm.line_of(o[1]), text)
+        return (2, 0, str(o))
+    return sorted(origins, key=key)
+
+
 def _chosen(origin) -> bool:
     """The mode was chosen by a condition on purpose (``if training: model.train() else: model.eval()``)."""
     return isinstance(origin, tuple) and len(origin) > 2 and origin[2] == CHOSEN
@@ -130,7 +141,7 @@ def evaluate(model, loader):
                     if not evalish:
                         continue
                     modes = flow.at.get(id(op), frozenset())
-                    train = [o for m, o in modes if m == "train" and not _chosen(o)]
+                    train = _sorted(mm, [o for m, o in modes if m == "train" and not _chosen(o)])
                     if (train or any(m == ENTRY for m, _ in modes)) and not mm.resolver.mode_sensitive(fn, t):
                         continue  # no dropout/batch norm: train and eval mode compute the same
                     if train and id(op.node) not in reported:
@@ -149,7 +160,7 @@ def evaluate(model, loader):
                     s, paths = _callee_key_paths(mm, fn, op, "evals_in_entry")
                     at = flow.at_args.get(id(op), {})
                     for key, path in paths.items():
-                        train = [o for m, o in at.get(key, ()) if m == "train" and not _chosen(o)]
+                        train = _sorted(mm, [o for m, o in at.get(key, ()) if m == "train" and not _chosen(o)])
                         if train and norm_path(path) not in seen and mm.resolver.mode_sensitive(fn, path):
                             seen.add(norm_path(path))
                             helper = local_function(op.info)
@@ -241,7 +252,7 @@ for epoch in range(epochs):
                     if mm.resolver.frozen(fn, t):
                         continue  # a frozen feature extractor is meant to stay in eval mode
                     modes = flow.at.get(id(op), frozenset())
-                    ev = [o for m, o in modes if m == "eval" and not _chosen(o)]
+                    ev = _sorted(mm, [o for m, o in modes if m == "eval" and not _chosen(o)])
                     if ev and t not in seen and mm.resolver.mode_sensitive(fn, t):
                         seen.add(t)
                         yield Report(op.node, f"`{op.target}` is trained here but may be in eval mode: "
@@ -256,7 +267,7 @@ for epoch in range(epochs):
                         continue  # runs backward but nothing here steps: not a training step
                     at = flow.at_args.get(id(op), {})
                     for key, path in paths.items():
-                        ev = [o for m, o in at.get(key, ()) if m == "eval" and not _chosen(o)]
+                        ev = _sorted(mm, [o for m, o in at.get(key, ()) if m == "eval" and not _chosen(o)])
                         if ev and norm_path(path) not in seen and mm.resolver.mode_sensitive(fn, path) \
                                 and not mm.resolver.frozen(fn, path):
                             seen.add(norm_path(path))

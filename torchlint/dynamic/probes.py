@@ -406,6 +406,12 @@ class Probes(TorchFunctionMode):
             probes.in_scaler = optimizer
             try:
                 return orig(scaler, optimizer, *args, **kwargs)
+            except AssertionError as exc:  # GradScaler refuses a step no scaled backward preceded
+                if st.pending101 is not None:
+                    psites, ev = st.pending101
+                    probes.obs("TL101", psites, ev + f"; GradScaler raised AssertionError: {str(exc)[:120]}")
+                    st.pending101 = None
+                raise
             finally:
                 probes.in_scaler = None
         return step
