@@ -1,12 +1,14 @@
 """Run the property-based tests with many examples (default 10,000) and print a summary.
 
-    python benchmarks/fuzz.py [N]
+    python benchmarks/fuzz.py [N] [--workers W]
 
-It runs tests/test_fuzz.py with TORCHLINT_FUZZ_EXAMPLES=N: N generated programs checked for
-internal errors and determinism, N/3 for fix parse + idempotence, N/15 for cache and
-process-count invariance.
+It runs tests/test_fuzz.py with TORCHLINT_FUZZ_EXAMPLES=N/W in W processes, each with its own
+hypothesis seed: in total N generated programs checked for internal errors and determinism,
+N/3 for fix parse + idempotence, N/15 for cache and process-count invariance.
 """
+import argparse
 import os
+import re
 import subprocess
 import sys
 import time
@@ -15,17 +17,35 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def main() -> int:
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 10000
-    env = dict(os.environ, TORCHLINT_FUZZ_EXAMPLES=str(n))
+    ap = argparse.ArgumentParser()
+    ap.add_argument("n", nargs="?", type=int, default=10000)
+    ap.add_argument("--workers", type=int, default=1)
+    args = ap.parse_args()
+    per = max(args.n // args.workers, 1)
+    env = dict(os.environ, TORCHLINT_FUZZ_EXAMPLES=str(per))
     t = time.time()
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                        os.path.join(ROOT, "tests", "test_fuzz.py"), "--hypothesis-show-statistics"],
-                       cwd=ROOT, env=env, capture_output=True, text=True)
+    procs = []
+    for w in range(args.workers):
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", os.path.join(ROOT, "tests", "test_fuzz.py"),
+             f"--hypothesis-seed={1000 + w}"], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True))
+    rc, outs = 0, []
+    for p in procs:
+        out = p.communicate()[0]
+        outs.append(out)
+        rc = rc or p.returncode
     dt = time.time() - t
-    print(r.stdout[-6000:])
-    print(f"examples: {n} (internal-error/determinism), {max(n // 3, 10)} (fixes), "
-          f"{max(n // 15, 5)} (cache/processes); wall {dt:.0f} s; exit {r.returncode}")
-    return r.returncode
+    passed = sum(int(m) for o in outs for m in re.findall(r"(\d+) passed", o))
+    failed = sum(int(m) for o in outs for m in re.findall(r"(\d+) failed", o))
+    for o in outs:
+        if "failed" in o or "Error" in o:
+            print(o[-4000:])
+    total = per * args.workers
+    print(f"examples: {total} (internal-error/determinism), {max(per // 3, 10) * args.workers} (fixes), "
+          f"{max(per // 15, 5) * args.workers} (cache/processes); {args.workers} worker(s); "
+          f"tests passed {passed}, failed {failed}; wall {dt:.0f} s; exit {rc}")
+    return rc
 
 
 if __name__ == "__main__":
