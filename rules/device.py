@@ -160,7 +160,9 @@ for x, y in loader:
                            "returns a moved copy and leaves the tensor where it was; assign it "
                            f"(`{name} = {name}.to(...)`)")
                 else:
-                    msg = (f"`{name}` comes from the loader on the CPU but reaches {target} {moved} "
+                    origin = mm.value_origin(fn, a.value) if hasattr(a, "value") else None
+                    via = f" (through {origin}, which does not move it)" if origin else ""
+                    msg = (f"`{name}` comes from the loader on the CPU{via} but reaches {target} {moved} "
                            f"(`{moved_with}` at {where}); move it with `.to(device)`")
                 reported.add(line)
                 reported.update((id(op.loop), mm.code_for(x.value).strip()) for x, _f in bad)

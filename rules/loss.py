@@ -15,6 +15,12 @@ from torchlint.rule import Report, Rule
 from . import register
 
 
+def _from(mm, fn, arg) -> str:
+    """" (returned by `helper()` (file.py:12))" when the value comes from a function of the tree."""
+    origin = mm.value_origin(fn, arg.value) if arg is not None else None
+    return f" (returned by {origin})" if origin else ""
+
+
 def _arg_facts(op: CallOp, pos: int, keyword: str) -> tuple:
     """(arg node, facts) of a positional-or-keyword argument of a call."""
     positional = 0
@@ -132,7 +138,7 @@ probs = F.softmax(logits.detach(), dim=1)  # for metrics, if needed
             if arg is None or "probs" not in f or "detached" in f or "logprobs" in f:
                 continue
             yield Report(op.node, f"{_loss_name(op, kind)} applies log-softmax itself but receives "
-                         "probabilities (a softmax output); pass the logits",
+                         f"probabilities (a softmax output){_from(mm, fn, arg)}; pass the logits",
                          fix=_drop_activation_fix(fn, op, arg, catalog.SOFTMAX_FUNCS, "softmax", "softmax"),
                          scope=fn.qualname)
 
@@ -173,7 +179,8 @@ loss = nn.BCEWithLogitsLoss()(logits, y)
             if arg is None or "sigmoid" not in f or "detached" in f:
                 continue
             yield Report(op.node, f"{_loss_name(op, kind)} applies the sigmoid itself but receives "
-                         "sigmoid outputs; pass the logits (or use `BCELoss` on probabilities)",
+                         f"sigmoid outputs{_from(mm, fn, arg)}; pass the logits (or use `BCELoss` on "
+                         "probabilities)",
                          fix=_drop_activation_fix(fn, op, arg, catalog.SIGMOID_FUNCS, "sigmoid", "sigmoid"),
                          scope=fn.qualname)
 
@@ -219,7 +226,8 @@ loss = F.cross_entropy(model(x), y)
             else:
                 continue
             yield Report(op.node, f"{_loss_name(op, kind)} expects log-probabilities but receives "
-                         f"{what}; apply `log_softmax` or use `cross_entropy` on the logits",
+                         f"{what}{_from(mm, fn, arg)}; apply `log_softmax` or use `cross_entropy` on "
+                         "the logits",
                          scope=fn.qualname)
 
 

@@ -92,8 +92,10 @@ for x, y in loader:
             if not is_loss:
                 continue
             what = "summed into" if acc.how in ("aug", "selfadd") else "stored in"
+            origin = mm.value_origin(fn, getattr(acc.op, "value", None))
+            via = f" (the loss returned by {origin})" if origin else ""
             yield Report(acc.op.node,
-                         f"a loss that requires grad is {what} `{acc.container}` across training "
+                         f"a loss that requires grad{via} is {what} `{acc.container}` across training "
                          "iterations, keeping every iteration's autograd graph alive; use "
                          "`.item()` (or `.detach()`)", fix=_fix_501(fn, acc), scope=fn.qualname)
 
