@@ -21,7 +21,7 @@ from . import __version__
 from .findings import Finding, Span
 from .model import ModuleModel, ProjectIndex
 from .rule import InternalErrorRule, SyntaxErrorRule, UnusedNoqaRule, all_rules
-from .source import SourceError, decode, read_source
+from .source import SourceError, read_source
 from .suppress import is_suppressed, parse_noqa
 
 # Prefilter: a file containing none of these cannot produce a finding or a useful summary.

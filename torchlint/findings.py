@@ -6,7 +6,7 @@ own convention (1-based columns for text/JSON/SARIF, UTF-16 code units for LSP).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, asdict
+from dataclasses import dataclass, asdict
 from typing import Any, Optional
 
 SAFE = "safe"

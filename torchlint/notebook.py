@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -181,17 +180,7 @@ def apply_fixes(path: str, fixes) -> int:
         if m:
             indent = len(m.group(1))
         out = json.dumps(nb.doc, indent=indent, ensure_ascii=False) + "\n"
-        d = os.path.dirname(os.path.abspath(path))
-        fd, tmp = tempfile.mkstemp(dir=d, prefix=".torchlint-")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(out)
-            os.chmod(tmp, os.stat(path).st_mode & 0o7777)
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+        from .fixer import write_atomic
+
+        write_atomic(path, out.encode("utf-8"))
     return applied

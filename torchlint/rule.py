@@ -6,12 +6,11 @@ reports into findings, computing positions only for the reported nodes.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, ClassVar, Iterable, Optional
 
 import libcst as cst
 
-from .findings import Related
 
 DOCS_URL = "https://github.com/torchlint/torchlint/blob/main/docs/rules/{code}.md"
 

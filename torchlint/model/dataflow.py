@@ -36,7 +36,7 @@ import libcst as cst
 from . import catalog
 from .binder import dotted
 from .ir import (
-    BACKWARD, CALL, FORWARD, GRAD_OFF, LOSS, MOVE, AssignOp, BranchOp, CallOp, DefOp, LoopOp, ReturnOp,
+    BACKWARD, CALL, FORWARD, GRAD_OFF, LOSS, MOVE, AssignOp, BranchOp, CallOp, LoopOp, ReturnOp,
     walk,
 )
 

@@ -19,7 +19,7 @@ import libcst as cst
 from . import catalog
 from .binder import dotted
 from .ir import (
-    AUTOGRAD_GRAD, BACKWARD, CALL, CLEAR, FORWARD, GRAD_OFF, MODE, SCHED_STEP, STEP,
+    BACKWARD, CALL, CLEAR, FORWARD, GRAD_OFF, MODE, SCHED_STEP, STEP,
     AssignOp, BranchOp, CallOp, LoopOp, walk,
 )
 
@@ -169,7 +169,7 @@ class ModeFlow:
             modes = {next(iter(v))[0] for v in per_arm}
             if not {"train", "eval"} <= modes:
                 continue
-            origin = (f"the mode chosen by the condition at line {{}}", br.node, CHOSEN)
+            origin = ("the mode chosen by the condition at line {}", br.node, CHOSEN)
             res[path] = frozenset({(m, origin) for m in modes})
         return res
 

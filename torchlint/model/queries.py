@@ -14,8 +14,7 @@ from . import catalog
 from .binder import dotted
 from .flow import norm_path
 from .ir import (
-    AUTOGRAD_GRAD, BACKWARD, CALL, CLEAR, FORWARD, GRAD_OFF, SCHED_STEP, STEP, AssignOp, BranchOp,
-    CallOp, DefOp, LoopOp, walk,
+    AUTOGRAD_GRAD, BACKWARD, CALL, CLEAR, FORWARD, SCHED_STEP, STEP, AssignOp, CallOp, LoopOp, walk,
 )
 
 

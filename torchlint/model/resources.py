@@ -1106,12 +1106,9 @@ def _target_names(t) -> list:
 
 
 def _within(op, loop: LoopOp) -> bool:
-    lp = op.loop
-    while lp is not None:
-        if lp is loop:
-            return True
-        lp = lp.parent
-    return False
+    from .queries import within
+
+    return within(op, loop)
 
 
 def _dataset_arg(call: cst.Call):
