@@ -214,3 +214,17 @@ def test_progress_bar_only_on_a_terminal(tmp_path):
         err = ""
     os.close(master)
     assert "files" not in err and json.loads(out)
+
+
+def test_fix_command_writes_into_notebook_cells(tmp_path):
+    nb = tmp_path / "nb.ipynb"
+    shutil.copy(NOTEBOOK, nb)
+    before = json.load(open(nb))
+    r = tl("nb.ipynb", "--no-cache", "--fix", cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "Fixed 1 error." in r.stderr
+    after = json.load(open(nb))
+    assert after["metadata"] == before["metadata"]
+    assert [c["cell_type"] for c in after["cells"]] == [c["cell_type"] for c in before["cells"]]
+    assert after["cells"][7]["source"][2] == "with torch.no_grad():\n"
+    assert tl("nb.ipynb", "--no-cache", cwd=tmp_path).returncode == 0

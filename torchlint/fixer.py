@@ -259,7 +259,11 @@ def fix_files(runner, files, unsafe: bool = False, diff: bool = False, show: boo
     _merge(project, results)
     allowed = fixable_codes(runner.cfg) if getattr(runner, "cfg", None) is not None else None
     diffs = []
+    nb_fixed = 0
     for path, res in zip(files, results):
+        if path.endswith(".ipynb") and not res.error and not diff:
+            nb_fixed += _fix_notebook(runner, path, res, unsafe, allowed)
+            continue
         if res.error:
             if diff:
                 click.echo(f"torchlint: error: {res.error}", err=True)
@@ -302,12 +306,30 @@ def fix_files(runner, files, unsafe: bool = False, diff: bool = False, show: boo
         if n:
             click.echo(f"Would fix {n} error{'s' if n != 1 else ''}.", err=True)
     else:
-        n = report.applied
+        n = report.applied + nb_fixed
         if n:
             click.echo(f"Fixed {n} error{'s' if n != 1 else ''}.", err=True)
     if show and report.applied:
         click.echo(_show(report, diff), err=True)
     return report
+
+
+def _fix_notebook(runner, path: str, res, unsafe: bool, allowed) -> int:
+    """Apply a notebook's cell-relative fixes (one pass) into its cells; outputs and metadata stay."""
+    fixes = [f.fix for f in res.findings
+             if f.fix is not None and f.fix.cell is not None
+             and (f.fix.applicability == SAFE or (unsafe and f.fix.applicability == UNSAFE))
+             and (allowed is None or f.code in allowed)]
+    if not fixes:
+        return 0
+    from .notebook import apply_fixes as apply_to_notebook
+
+    try:
+        return apply_to_notebook(path, fixes)
+    except Exception as exc:  # never lose the notebook
+        click.echo(f"torchlint: error: {res.path}: fixing failed: {type(exc).__name__}: {exc}", err=True)
+        runner.had_error = True
+        return 0
 
 
 def _show(report: FixReport, diff: bool) -> str:
