@@ -194,7 +194,6 @@ def evaluate(model, loader):
 def _first_eval_forward(fn, key: str):
     """The first forward of ``key`` (a parameter or ``self`` attribute of ``fn``) that runs in
     the mode the caller gave (no ``eval()`` before it in ``fn``)."""
-    flow = None
     for op in walk(fn.body):
         if isinstance(op, CallOp) and op.kind == FORWARD and op.target and norm_path(op.target) == key:
             return op
@@ -354,7 +353,7 @@ with torch.no_grad():
             flow = mm.flow(fn)
             reported_loops = []
             for loop in [o for o in walk(fn.body) if isinstance(o, LoopOp)]:
-                if any(_inside(loop, r) for r in reported_loops):
+                if any(within(loop, r) for r in reported_loops):
                     continue
                 fwds = [o for o in walk(loop.body) if isinstance(o, CallOp) and o.kind == FORWARD]
                 if not fwds or uses_autograd(mm, loop.body):
@@ -389,15 +388,6 @@ with torch.no_grad():
         if callers and all(op.grad == GRAD_OFF for _, op in callers):
             return False
         return True
-
-
-def _inside(loop, outer) -> bool:
-    lp = loop.parent
-    while lp is not None:
-        if lp is outer:
-            return True
-        lp = lp.parent
-    return False
 
 
 def _wrap_no_grad(loop):
