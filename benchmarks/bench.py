@@ -82,9 +82,21 @@ def _parse_floor(listfile: str, jobs: int) -> int:
 
 
 # ---------------------------------------------------------------- the driver
-def _run(argv, env_extra=None) -> dict:
+_PYCACHE = tempfile.mkdtemp(prefix="torchlint-bench-pycache-")
+
+
+def _env(env_extra=None) -> dict:
+    """The children's environment: bytecode cached (in a scratch folder), as in an installed
+    tool; some environments set PYTHONDONTWRITEBYTECODE, which makes every start compile."""
     env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["PYTHONPYCACHEPREFIX"] = _PYCACHE
     env.update(env_extra or {})
+    return env
+
+
+def _run(argv, env_extra=None) -> dict:
+    env = _env(env_extra)
     p = subprocess.run([sys.executable, os.path.abspath(__file__), "--_measure", "--"] + argv,
                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     lines = p.stderr.decode("utf-8", "replace").strip().splitlines()
@@ -179,6 +191,11 @@ def bench_corpus(name, root, args, scratch) -> dict:
         print(f"  {label:<22} {r['wall']:8.2f} s  rc={r.get('rc')}  {r['maxrss_mb']:.0f} MB", file=sys.stderr)
 
     print(f"{name}: {len(files)} files, {lines} lines, {jobs} processes", file=sys.stderr)
+    # warm the bytecode caches of the tools (not their result caches)
+    subprocess.run([sys.executable, "-m", "torchlint", "--version"], env=_env(), capture_output=True)
+    tf = args.torchfix or shutil.which("torchfix")
+    if "torchfix" in args.tools and tf and os.path.exists(tf):
+        subprocess.run([tf, "--version"], env=_env(), capture_output=True)
     if "torchlint" in args.tools:
         row("torchlint cold", _run(torchlint_cmd([root], cache, jobs)))
         row("torchlint warm", _run(torchlint_cmd([root], cache, jobs)))
@@ -303,6 +320,7 @@ def main(argv=None) -> int:
                 results[-1]["sampled"] = f" (1 file in {args.sample})"
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+        shutil.rmtree(_PYCACHE, ignore_errors=True)
     load = tuple(load0) + (os.getloadavg()[0],)
     print(render(results, load))
     if args.json:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from torchlint.model import catalog
-from torchlint.model.ir import BACKWARD, GRAD_OFF, STEP, CallOp, walk
+from torchlint.model.ir import BACKWARD, GRAD_OFF, STEP, CallOp, all_ops, walk
 from torchlint.model.queries import is_kind
 from torchlint.rule import Report, Rule
 
@@ -66,7 +66,7 @@ def _inference_only(mm, fn) -> bool:
     runs backward itself: nothing it modifies is ever differentiated."""
     if mm.is_module_method(fn) or not _INFERENCE_NAME.search(fn.name):
         return False
-    return not any(isinstance(o, CallOp) and is_kind(mm, o, BACKWARD) for o in walk(fn.body))
+    return not any(isinstance(o, CallOp) and is_kind(mm, o, BACKWARD) for o in all_ops(fn))
 
 
 def _loop_source(mm, op, target) -> str:
@@ -317,7 +317,7 @@ outputs = model(images)
         import libcst as cst
 
         for fn in mm.all_functions:
-            for op in walk(fn.body):
+            for op in all_ops(fn):
                 if not (isinstance(op, CallOp) and op.attr == "forward" and op.recv_node is not None):
                     continue
                 recv = op.recv_node

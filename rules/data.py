@@ -5,7 +5,7 @@ import libcst as cst
 
 from torchlint.model import resources
 from torchlint.model.binder import dotted
-from torchlint.model.ir import AssignOp, LoopOp, walk
+from torchlint.model.ir import AssignOp, LoopOp, all_ops, walk
 from torchlint.rule import Report, Rule
 
 from . import register
@@ -37,7 +37,7 @@ def _binding_names(mm, res, info):
 def _returned_index(f, info):
     from torchlint.model.ir import ReturnOp
 
-    for o in walk(f.body):
+    for o in all_ops(f):
         if isinstance(o, ReturnOp) and isinstance(o.value, (cst.Tuple, cst.List)):
             for i, el in enumerate(o.value.elements):
                 if resources.contains(el.value, info.op.node):
@@ -49,7 +49,7 @@ def _returned_index(f, info):
 
 
 def _local_bindings(f, info):
-    for o in walk(f.body):
+    for o in all_ops(f):
         if isinstance(o, AssignOp) and o.value is not None and resources.contains(o.value, info.op.node):
             for t in o.targets:
                 if dotted(t):

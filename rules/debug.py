@@ -5,7 +5,7 @@ import libcst as cst
 
 from torchlint.model import resources
 from torchlint.model.binder import dotted
-from torchlint.model.ir import CallOp, walk
+from torchlint.model.ir import CallOp, all_ops
 from torchlint.model.queries import trains
 from torchlint.rule import Report, Rule
 
@@ -63,7 +63,7 @@ if args.detect_anomaly:  # only while debugging
 
     def check(self, mm):
         for fn in mm.all_functions:
-            for op in walk(fn.body):
+            for op in all_ops(fn):
                 if not isinstance(op, CallOp) or op.qual not in resources.ANOMALY_SET | resources.ANOMALY_CTX:
                     continue
                 if not _enables(op) or not _unconditional(op):

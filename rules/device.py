@@ -4,7 +4,7 @@ from __future__ import annotations
 import libcst as cst
 
 from torchlint.model import catalog, resources
-from torchlint.model.ir import FORWARD, LOSS, MOVE, CallOp, walk
+from torchlint.model.ir import FORWARD, LOSS, MOVE, CallOp, all_ops
 from torchlint.model.queries import analysable_functions
 from torchlint.rule import Report, Rule
 
@@ -106,7 +106,7 @@ for x, y in loader:
         for fn in analysable_functions(mm):
             if mm.is_lightning(fn):
                 continue
-            ops = [o for o in walk(fn.body) if isinstance(o, CallOp) and o.kind in (FORWARD, LOSS)
+            ops = [o for o in all_ops(fn) if isinstance(o, CallOp) and o.kind in (FORWARD, LOSS)
                    and o.loop is not None]
             if not ops:
                 continue
@@ -201,7 +201,7 @@ def _fix_601(fn, arg, mv, model, inplace=False):
         code = mm.code_for(v)
         if inplace:
             # `x.to(device)` on its own line: assign its result instead
-            for o in walk(fn.body):
+            for o in all_ops(fn):
                 if isinstance(o, CallOp) and o.kind == MOVE and o.recv == code.strip() and \
                         _is_statement_call(o) and mm.line_of(o.node) < mm.line_of(v):
                     new = f"{o.recv} = {mm.code_for(o.node)}"

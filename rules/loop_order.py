@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from torchlint.model import catalog
 from torchlint.model.flow import norm_path
-from torchlint.model.ir import BACKWARD, CALL, CLEAR, SCHED_STEP, STEP, CallOp, LoopOp, walk
+from torchlint.model.ir import BACKWARD, CALL, CLEAR, SCHED_STEP, STEP, CallOp, LoopOp, all_ops
 from torchlint.model.queries import (
     analysable_functions, clear_covers, clears, first_direct, guards_inside, is_accumulation_test,
     is_kind, iteration, local_function, manual_update, optimizer_owners_text, optimizer_paths,
@@ -23,7 +23,7 @@ def _functions(mm):
 
 def _steps(mm, in_loops_only=True):
     for fn in _functions(mm):
-        for op in walk(fn.body):
+        for op in all_ops(fn):
             if isinstance(op, CallOp) and op.kind == STEP and (op.loop is not None or not in_loops_only):
                 yield fn, op
 
@@ -171,7 +171,7 @@ def _move_clear(fn, clear, anchor, after: bool = False):
 
         if anchor is None or not isinstance(clear, CallOp) or clear.kind != CLEAR:
             return None
-        own = {id(o) for o in walk(fn.body)}
+        own = {id(o) for o in all_ops(fn)}
         if id(clear) not in own or id(anchor) not in own:
             return None  # in a closure or a helper: moving it would change other code
         if anchor.loop is not clear.loop:
@@ -297,7 +297,7 @@ for x, y in loader:
                 continue
             if manual_update(fn):
                 continue
-            for loop in (o for o in walk(fn.body) if isinstance(o, LoopOp) and o.parent is None):
+            for loop in (o for o in all_ops(fn) if isinstance(o, LoopOp) and o.parent is None):
                 seq = iteration(mm, fn, loop.body)
                 bwd = next((o for o in seq if is_kind(mm, o, BACKWARD)), None)
                 if bwd is None:
@@ -329,7 +329,7 @@ for x, y in loader:
                 isinstance(o, CallOp) and o.kind == CALL and is_kind(mm, o, STEP) for o in whole):
             return
         stepped = {norm_path(t) for t in targets}
-        for loop in (o for o in walk(fn.body) if isinstance(o, LoopOp)):
+        for loop in (o for o in all_ops(fn) if isinstance(o, LoopOp)):
             seq = iteration(mm, fn, loop.body)
             for i, c in enumerate(seq):
                 if not (isinstance(c, CallOp) and c.kind == CLEAR and c.loop is loop and c.target):
@@ -378,7 +378,7 @@ for epoch in range(epochs):
     def check(self, mm):
         reported = set()
         for fn in _functions(mm):
-            for op in walk(fn.body):
+            for op in all_ops(fn):
                 if not (isinstance(op, CallOp) and op.loop is not None):
                     continue
                 node, what = op.node, f"`{op.recv}.step()`"

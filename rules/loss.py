@@ -9,7 +9,7 @@ import libcst as cst
 from torchlint.model import catalog
 from torchlint.model.binder import dotted
 from torchlint.model.dataflow import loss_kind
-from torchlint.model.ir import LOSS, AssignOp, CallOp, walk
+from torchlint.model.ir import LOSS, AssignOp, CallOp, all_ops
 from torchlint.rule import Report, Rule
 
 from . import register
@@ -39,7 +39,7 @@ def _arg_facts(op: CallOp, pos: int, keyword: str) -> tuple:
 
 def _losses(mm, kinds):
     for fn in mm.all_functions:
-        for op in walk(fn.body):
+        for op in all_ops(fn):
             if isinstance(op, CallOp) and op.kind == LOSS:
                 k = loss_kind(mm, fn, op)
                 if k in kinds:
@@ -83,7 +83,7 @@ def _drop_activation_fix(fn, op, arg, funcs, method, what):
         if not isinstance(value, cst.Name):
             return None
         name = value.value
-        assigns = [o for o in walk(fn.body) if isinstance(o, AssignOp) and o.aug is None
+        assigns = [o for o in all_ops(fn) if isinstance(o, AssignOp) and o.aug is None
                    and any(isinstance(t, cst.Name) and t.value == name for t in o.targets)]
         if len(assigns) != 1 or len(assigns[0].targets) != 1:
             return None

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from torchlint.findings import Related
 from torchlint.model.flow import CHOSEN, ENTRY, norm_path
-from torchlint.model.ir import BACKWARD, CALL, FORWARD, GRAD_OFF, GRAD_ON, GRAD_UNKNOWN, STEP, LoopOp, CallOp, walk
+from torchlint.model.ir import BACKWARD, CALL, FORWARD, GRAD_OFF, GRAD_ON, GRAD_UNKNOWN, STEP, LoopOp, CallOp, all_ops, walk
 from torchlint.model.queries import (
     analysable_functions, is_kind, iteration, local_function, steps_or_updates, trains, uses_autograd,
     within,
@@ -129,7 +129,7 @@ def evaluate(model, loader):
         for fn in _functions(mm):
             flow = mm.flow(fn)
             seen = set()
-            for op in walk(fn.body):
+            for op in all_ops(fn):
                 if not isinstance(op, CallOp):
                     continue
                 if op.kind == FORWARD and op.target:
@@ -194,7 +194,7 @@ def evaluate(model, loader):
 def _first_eval_forward(fn, key: str):
     """The first forward of ``key`` (a parameter or ``self`` attribute of ``fn``) that runs in
     the mode the caller gave (no ``eval()`` before it in ``fn``)."""
-    for op in walk(fn.body):
+    for op in all_ops(fn):
         if isinstance(op, CallOp) and op.kind == FORWARD and op.target and norm_path(op.target) == key:
             return op
     return None
@@ -241,7 +241,7 @@ for epoch in range(epochs):
         for fn in _functions(mm):
             flow = mm.flow(fn)
             seen = set()
-            for op in walk(fn.body):
+            for op in all_ops(fn):
                 if not isinstance(op, CallOp):
                     continue
                 if op.kind == FORWARD and op.target and op.grad not in (GRAD_OFF, GRAD_UNKNOWN) \
@@ -352,7 +352,7 @@ with torch.no_grad():
                 continue
             flow = mm.flow(fn)
             reported_loops = []
-            for loop in [o for o in walk(fn.body) if isinstance(o, LoopOp)]:
+            for loop in [o for o in all_ops(fn) if isinstance(o, LoopOp)]:
                 if any(within(loop, r) for r in reported_loops):
                     continue
                 fwds = [o for o in walk(loop.body) if isinstance(o, CallOp) and o.kind == FORWARD]
@@ -426,7 +426,7 @@ def train_step(model, x, y, optimizer):
 
     def check(self, mm):
         for fn in mm.all_functions:
-            for op in walk(fn.body):
+            for op in all_ops(fn):
                 if not isinstance(op, CallOp):
                     continue
                 if op.kind == BACKWARD and op.grad == GRAD_OFF:

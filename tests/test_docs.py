@@ -19,6 +19,14 @@ def test_rule_page_matches_metadata(code):
         assert fh.read() == rule_markdown(RULES[code]), "run `python -m torchlint.docs docs/rules`"
 
 
+def test_code_table_matches_rules():
+    """torchlint/codes.py (read on cached runs instead of importing the rules) is generated."""
+    from torchlint.docs import codes_module
+
+    with open(os.path.join(ROOT, "torchlint", "codes.py"), encoding="utf-8") as fh:
+        assert fh.read() == codes_module(), "run `python -m torchlint.docs docs/rules`"
+
+
 @pytest.mark.parametrize("code", sorted(c for c in RULES if c not in ("TL000",)))
 def test_rule_metadata_is_complete(code):
     r = RULES[code]

@@ -67,10 +67,11 @@ def test_language_server_does_not_execute_code(hostile_repo):
     assert "confirm_findings" not in src and "torchlint.dynamic" not in src and ".dynamic import" not in src
 
 
-def _cache_files(root):
+def _cache_files(root, runs=False):
+    """The per-file entries (``runs``: the whole-run snapshots instead)."""
     for d, _, files in os.walk(root / ".torchlint_cache"):
         for f in files:
-            if f.endswith(".json") and f != "index.json":
+            if f.endswith(".json") and f != "index.json" and f.startswith("run-") == runs:
                 yield os.path.join(d, f)
 
 
@@ -100,6 +101,31 @@ def test_damaged_cache_entries_are_ignored_and_rebuilt(tmp_path, damage):
     second = tl(".", cwd=tmp_path)
     assert second.stdout == first.stdout and second.returncode == 1
     assert "Traceback" not in second.stderr
+
+
+@pytest.mark.parametrize("damage", ["truncate", "other-user"])
+def test_damaged_run_snapshot_is_ignored(tmp_path, damage):
+    """The snapshot an unchanged tree is answered from: damaged or foreign, it is not trusted."""
+    (tmp_path / "train.py").write_text(EVIL.split("import torch\n", 1)[1].replace("fit(None, [], None, None)\n", ""))
+    first = tl(".", cwd=tmp_path)
+    assert first.returncode == 1 and "TL" in first.stdout
+    snaps = list(_cache_files(tmp_path, runs=True))  # findings of the run; all its results
+    assert len(snaps) == 2
+    for snap in snaps:
+        d = json.load(open(snap))
+        if damage == "truncate":
+            open(snap, "w").write(json.dumps(d)[:40])
+            continue
+        rs = d["results"] if isinstance(d["results"], list) else list(d["results"].values())
+        for r in rs:
+            r["findings"] = []  # a snapshot that would hide the findings
+        json.dump(d, open(snap, "w"))
+        if os.geteuid() != 0:
+            pytest.skip("needs root to chown")
+        os.chown(snap, 12345, 12345)
+    second = tl(".", cwd=tmp_path)
+    assert "Traceback" not in second.stderr
+    assert second.stdout == first.stdout and second.returncode == 1
 
 
 def test_cache_lives_only_where_configured(tmp_path):

@@ -41,6 +41,7 @@ class Cache:
         self._dirty = False
         self._seen: dict = {}  # abspath -> (mtime_ns, size, hash) as found by get()
         self._fps: dict = {}  # id(opts) -> (opts, fingerprint)
+        self._full: Optional[dict] = None  # entry key -> result, from the last run's snapshot
 
     # ------------------------------------------------------------ directory
     @property
@@ -148,7 +149,16 @@ class Cache:
         digest = self.content_hash(path)
         if digest is None:
             return None
-        f = self._file(self._key(path, digest, opts))
+        key = self._key(path, digest, opts)
+        snap = self._full_snapshot(opts)
+        if key in snap:  # unchanged since the last run: no entry file to open
+            try:
+                r = FileResult.from_json(snap[key])
+                self.hits += 1
+                return r
+            except (ValueError, KeyError, TypeError, AttributeError):
+                pass
+        f = self._file(key)
         try:
             st = os.stat(f)
             if hasattr(os, "getuid") and st.st_uid != os.getuid():
@@ -190,6 +200,105 @@ class Cache:
             fd, tmp = tempfile.mkstemp(dir=os.path.dirname(f), suffix=".tmp")
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
                 json.dump({"version": __version__, "result": result.to_json()}, fh)
+            os.replace(tmp, f)
+        except (OSError, TypeError, ValueError):
+            if tmp is not None:
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass
+
+    # ------------------------------------------------------------ snapshot of a whole run
+    # A run where nothing changed (every file's entry key is the one of the last run, same
+    # files, same order, same options) gets the last run's findings from one small file:
+    # no entry is opened and no cross-module answer is checked, since that run ended with
+    # every answer consistent.
+    def _snapshot_file(self, opts) -> str:
+        fp = self._fps.get(id(opts))
+        if fp is None or fp[0] is not opts:
+            fp = self._fps[id(opts)] = (opts, opts.fingerprint())
+        return os.path.join(self._vdir, f"run-{fp[1]}.json")
+
+    def _full_snapshot(self, opts) -> dict:
+        """The last run's results by entry key (one file read instead of one per entry)."""
+        if self._full is None:
+            self._full = {}
+            f = self._snapshot_file(opts)[:-len(".json")] + "-full.json"
+            try:
+                st = os.stat(f)
+                if not hasattr(os, "getuid") or st.st_uid == os.getuid():
+                    with open(f, encoding="utf-8") as fh:
+                        d = json.load(fh)
+                    if isinstance(d, dict) and d.get("version") == __version__ and isinstance(d.get("results"), dict):
+                        self._full = d["results"]
+            except (OSError, ValueError, TypeError):
+                self._full = {}
+        return self._full
+
+    def _run_digest(self, files, opts) -> Optional[str]:
+        h = hashlib.sha256()
+        for f in files:
+            digest = self.content_hash(f)
+            if digest is None:
+                return None
+            h.update(self._key(f, digest, opts).encode())
+            h.update(b"\0")
+        return h.hexdigest()
+
+    def get_run(self, files, opts) -> Optional[list]:
+        """The results of the last run if it linted exactly these files, unchanged."""
+        f = self._snapshot_file(opts)
+        try:
+            st = os.stat(f)
+            if hasattr(os, "getuid") and st.st_uid != os.getuid():
+                return None
+        except OSError:
+            return None
+        digest = self._run_digest(files, opts)
+        if digest is None:
+            return None
+        from .engine import FileResult
+
+        try:
+            with open(f, encoding="utf-8") as fh:
+                d = json.load(fh)
+            if d.get("version") != __version__ or d.get("digest") != digest or len(d["results"]) != len(files):
+                return None
+            out = [FileResult.from_json(r) for r in d["results"]]
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return None
+        self.hits += len(out)
+        return out
+
+    def put_run(self, files, opts, results) -> None:
+        """Remember this run's findings for :meth:`get_run` (only when every result is
+        cacheable: an unreadable file or an internal error is retried next time)."""
+        if any(r is None or r.error or r.internal_error for r in results) or not self._ensure():
+            return
+        digest = self._run_digest(files, opts)
+        if digest is None:
+            return
+        lite, full = [], {}
+        for f, r in zip(files, results):
+            d = r.to_json()
+            h = self.content_hash(f)
+            if h is not None:
+                full[self._key(f, h, opts)] = dict(d)
+            for k in ("summaries", "classes", "reexports"):
+                d[k] = {}
+            for k in ("queries", "called", "stars"):
+                d[k] = []
+            lite.append(d)
+        f = self._snapshot_file(opts)
+        self._write_json(f[:-len(".json")] + "-full.json", {"version": __version__, "results": full})
+        self._write_json(f, {"version": __version__, "digest": digest, "results": lite})
+
+    def _write_json(self, f: str, obj) -> None:
+        tmp = None
+        try:
+            fd, tmp = tempfile.mkstemp(dir=self._vdir, suffix=".tmp")
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                json.dump(obj, fh)
             os.replace(tmp, f)
         except (OSError, TypeError, ValueError):
             if tmp is not None:

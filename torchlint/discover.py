@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import re
 from dataclasses import dataclass, field
 
 EXTENSIONS = (".py", ".pyi", ".ipynb")
@@ -57,15 +58,32 @@ def _load_gitignore(d: str):
         return None
 
 
+_EXCLUDE_RE: dict = {}
+
+
+def _exclude_matchers(patterns):
+    """Two compiled regexes for a pattern list: one for the base name, one for the path
+    (``pat``, ``*/pat`` or ``*/pat/*``). One match per entry instead of 4 per pattern."""
+    key = tuple(patterns)
+    m = _EXCLUDE_RE.get(key)
+    if m is None:
+        names, paths = [], []
+        for pat in key:
+            p = pat.rstrip("/")
+            names.append(fnmatch.translate(p))
+            paths += [fnmatch.translate(p), fnmatch.translate("*/" + p), fnmatch.translate("*/" + p + "/*")]
+        never = re.compile(r"(?!)")
+        m = (re.compile("|".join(names)) if names else never, re.compile("|".join(paths)) if paths else never)
+        _EXCLUDE_RE[key] = m
+    return m
+
+
 def _excluded(path: str, patterns) -> bool:
+    if not patterns:
+        return False
+    name_re, path_re = _exclude_matchers(patterns)
     name = os.path.basename(path.rstrip(os.sep))
-    norm = path.replace(os.sep, "/")
-    for pat in patterns:
-        p = pat.rstrip("/")
-        if fnmatch.fnmatchcase(name, p) or fnmatch.fnmatchcase(norm, p) or \
-                fnmatch.fnmatchcase(norm, "*/" + p) or fnmatch.fnmatchcase(norm, "*/" + p + "/*"):
-            return True
-    return False
+    return bool(name_re.match(name) or path_re.match(path.replace(os.sep, "/")))
 
 
 def discover(paths, exclude=(), respect_gitignore=True, follow_symlinks=False,

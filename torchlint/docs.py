@@ -24,6 +24,24 @@ def rule_markdown(r) -> str:
     return "\n".join(parts)
 
 
+def codes_module() -> str:
+    """The text of ``torchlint/codes.py`` (every code and its name), from the rule classes."""
+    from .rule import all_rules
+
+    head = '''"""Every rule code and its name: what the command line needs (selection, output) without
+importing the rules, and with them libcst, on a run answered from the cache.
+
+Generated from the rule classes by ``python -m torchlint.docs``; ``tests/test_docs.py`` checks
+that it matches them.
+"""
+
+DOCS_URL = "https://github.com/torchlint/torchlint/blob/main/docs/rules/{code}.md"
+
+CODES = {
+'''
+    return head + "".join(f'    "{c}": "{r.name}",\n' for c, r in all_rules().items()) + "}\n"
+
+
 def write_docs(directory: str) -> list:
     """Write docs/rules/<CODE>.md for every rule; returns the paths written."""
     import os
@@ -45,3 +63,9 @@ if __name__ == "__main__":  # python -m torchlint.docs docs/rules
 
     for p in write_docs(sys.argv[1] if len(sys.argv) > 1 else "docs/rules"):
         print(p)
+    import os
+
+    codes = os.path.join(os.path.dirname(os.path.abspath(__file__)), "codes.py")
+    with open(codes, "w", encoding="utf-8") as fh:
+        fh.write(codes_module())
+    print(codes)

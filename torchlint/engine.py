@@ -11,15 +11,12 @@ import hashlib
 import json
 import os
 import traceback
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Optional
 
-import libcst as cst
-
 from . import __version__
 from .findings import Finding, Span
-from .model import ModuleModel, ProjectIndex
+from .project import ProjectIndex, project_answer, summary_has_effects
 from .rule import InternalErrorRule, SyntaxErrorRule, UnusedNoqaRule, all_rules
 from .source import SourceError, read_source
 from .suppress import is_suppressed, parse_noqa
@@ -126,6 +123,10 @@ def lint_text(path: str, text: str, opts: LintOptions, project: Optional[Project
                 return res
     if module_name is None:
         module_name, is_package = module_name_for(path)
+    import libcst as cst  # here, not at the top: a run answered from the cache never parses
+
+    from .model import ModuleModel
+
     try:
         module = cst.parse_module(text)
     except cst.ParserSyntaxError as exc:
@@ -308,41 +309,37 @@ def _worker(args):
         return r
 
 
-def _map(tasks, jobs: int, progress=None):
-    def tick(r):
-        if progress is not None:
-            progress(1)
-        return r
-
-    if jobs <= 1 or len(tasks) < 4:
-        return [tick(_worker(t)) for t in tasks]
-    chunk = max(1, min(64, len(tasks) // (jobs * 8) or 1))
-    try:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            return [tick(r) for r in pool.map(_worker, tasks, chunksize=chunk)]
-    except (OSError, RuntimeError):
-        return [tick(_worker(t)) for t in tasks]
-
-
 def build_project_modules(files) -> dict:
     """Module key -> file for the tree (keys are dotted names, made unique per import root)."""
     return ProjectIndex.for_files(files).modules
 
 
 def _answers(project: ProjectIndex, queries) -> str:
-    """A hash of what the project answers to a file's cross-module questions: summaries of
-    functions (re-exports followed), class facts (``class:``), callers (``called:``)."""
+    """A hash of the part of the project's answers a file's rules used (see
+    ``model.project_answer``): function summaries by aspect (re-exports followed), class facts,
+    method resolution, callers. Answers a file did not use do not make it linted again."""
     h = hashlib.sha256()
     for q in queries:
-        if q.startswith("called:"):
-            key = q[len("called:"):]
-            h.update(f"{q}={key in project.called}/{key in project.called_under_no_grad}".encode())
-        elif q.startswith("class:"):
-            key = project.resolve(q[len("class:"):])
-            h.update(f"{q}={key}={json.dumps(project.classes.get(key), sort_keys=True)}".encode())
+        aspect, sep, rest = q.partition(":")
+        if not sep:
+            aspect, rest = "effects", q
+        if aspect == "called":
+            v = f"{rest in project.called}/{rest in project.called_under_no_grad}"
+        elif aspect == "class":
+            key = project.resolve(rest)
+            facts = project.classes.get(key) or {}
+            v = [bool(facts.get("is_module")), facts.get("forward") or None, bool(facts.get("mode_sensitive"))]
+            v = [key] + v if any(v) else None  # an ordinary class answers like an unknown one
+        elif aspect == "method":
+            cls_q, _, name = rest.rpartition(".")
+            m = project.method(cls_q, name)
+            m = project.resolve(m) if m else None
+            v = m if m and summary_has_effects(project.summaries.get(m)) else None
         else:
-            key = project.resolve(q)
-            h.update(f"{q}={key}={json.dumps(project.summaries.get(key), sort_keys=True)}".encode())
+            key = project.resolve(rest)
+            v = project_answer(aspect, project.summaries.get(key))
+            v = [key, v] if v is not None else None  # where it resolves matters only if it does something
+        h.update(f"{q}={json.dumps(v, sort_keys=True)}".encode())
     return h.hexdigest()[:16]
 
 
@@ -376,7 +373,7 @@ def _queried_unparsed(project: ProjectIndex, files, results) -> list:
     out = set()
     for r in results:
         for q in r.queries if r is not None else ():
-            q = q.split(":", 1)[1] if q.startswith(("called:", "class:")) else q
+            q = q.rpartition(":")[2]  # the qualname, without its aspect
             parts = project.resolve(q).split(".")
             for n in range(len(parts) - 1, 0, -1):
                 i = unparsed.get(".".join(parts[:n]))
@@ -386,13 +383,32 @@ def _queried_unparsed(project: ProjectIndex, files, results) -> list:
     return sorted(out)
 
 
+def _read_bytes(path: str) -> Optional[bytes]:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read()
+    except OSError:
+        return None
+
+
 def run(files, opts: LintOptions, jobs: int = 1, cache=None, progress=None) -> list:
     """Lint ``files``; returns FileResults in the order of ``files``.
 
-    ``progress``, if given, is called with 1 for each file of the first pass."""
-    project = ProjectIndex.for_files(files)
-    project.called = set()
-    project.called_under_no_grad = set()
+    Files are linted imported-first (``schedule``), each against the exports of the files
+    finished before it; then the files whose cross-module answers changed are linted again
+    until nothing changes (at most a few rounds). ``progress``, if given, is called with 1
+    for each file of the first pass."""
+    from dataclasses import replace
+
+    from .schedule import InlinePool, OrderedPool, dependency_order, fresh_project, import_graph
+
+    if cache is not None and getattr(cache, "get_run", None) is not None:
+        same = cache.get_run(files, opts)  # nothing changed since the last run
+        if same is not None:
+            if progress is not None:
+                progress(len(files))
+            return same
+    project = fresh_project(files)
     results: list = [None] * len(files)
     todo = []
     for i, f in enumerate(files):
@@ -401,44 +417,63 @@ def run(files, opts: LintOptions, jobs: int = 1, cache=None, progress=None) -> l
             results[i] = hit
         else:
             todo.append(i)
-    # pass 1: knowing the module names of the tree but no summaries
-    empty = ProjectIndex.for_files(files)
-    empty.called, empty.called_under_no_grad = set(), set()
     if progress is not None and len(todo) < len(files):
         progress(len(files) - len(todo))
-    for i, r in zip(todo, _map([(files[i], opts, empty) for i in todo], jobs, progress)):
-        r.answers = _answers(empty, r.queries)
-        results[i] = r
-    # later passes: re-lint the files whose cross-module answers changed
-    full_opts = None
-    relinted: set = set()
-    for _ in range(3):
-        _merge(project, results)
-        # a module other modules ask about but the prefilter skipped (a helper with no
-        # trigger words, e.g. one that only unpacks batches) is linted in full for its exports
-        skipped = [i for i in _queried_unparsed(project, files, results)]
-        if skipped:
-            if full_opts is None:
-                from dataclasses import replace
+    full_opts = replace(opts, prefilter=False)
+    deps = import_graph(files, project, _read_bytes) if len(todo) > 1 else [[] for _ in files]
+    imported = {d for ds in deps for d in ds}
+    todo_set = set(todo)
+    order = [i for i in dependency_order([[d for d in ds if d in todo_set] for ds in deps]) if i in todo_set]
 
-                full_opts = replace(opts, prefilter=False)
-            for i, r in zip(skipped, _map([(files[i], full_opts, project) for i in skipped], jobs)):
-                r.answers = _answers(project, r.queries)
-                r.parsed = True  # do not ask again, even if it still exports nothing
-                results[i] = r
-            _merge(project, results)
-        again = [i for i, r in enumerate(results) if r.queries and _answers(project, r.queries) != r.answers]
-        if not again:
-            break
-        for i, r in zip(again, _map([(files[i], opts, project) for i in again], jobs)):
-            r.answers = _answers(project, r.queries)
+    def opts_for(i):
+        # a package __init__ that other files import re-exports names: lint it for its
+        # exports even when no rule could fire in it
+        if i in imported and os.path.basename(files[i]) == "__init__.py":
+            return full_opts
+        return opts
+
+    pool = None
+    if jobs > 1 and len(todo) >= 4:
+        try:
+            pool = OrderedPool(files, jobs, fresh_project(files))
+        except (OSError, RuntimeError, ImportError):  # no processes here: lint in this one
+            pool = None
+    if pool is None:
+        pool = InlinePool(files, fresh_project(files))
+    relinted: set = set()
+    try:
+        for r in results:
+            if r is not None:
+                pool.publish(r)
+        for i, r in pool.run(order, opts_for, deps, progress).items():
             results[i] = r
-            relinted.add(i)
+        # later passes: re-lint the files whose cross-module answers changed
+        for _ in range(3):
+            _merge(project, results)
+            # a module other modules ask about but the prefilter skipped (a helper with no
+            # trigger words, e.g. one that only unpacks batches) is linted in full for its exports
+            skipped = _queried_unparsed(project, files, results)
+            if skipped:
+                for i, r in pool.run(skipped, lambda i: full_opts).items():
+                    r.parsed = True  # do not ask again, even if it still exports nothing
+                    results[i] = r
+                _merge(project, results)
+            again = [i for i, r in enumerate(results) if r.queries and _answers(project, r.queries) != r.answers]
+            if not again:
+                break
+            for i, r in pool.run(again, lambda i: opts).items():
+                results[i] = r
+                relinted.add(i)
+    finally:
+        pool.close()
     if cache is not None:
         fresh = set(todo) | relinted
         for i, f in enumerate(files):
             if i in fresh:
                 cache.put(f, opts, results[i])
+        put_run = getattr(cache, "put_run", None)
+        if put_run is not None:
+            put_run(files, opts, results)
         flush = getattr(cache, "flush", None)
         if flush is not None:
             flush()

@@ -7,12 +7,12 @@ reports into findings, computing positions only for the reported nodes.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, ClassVar, Iterable, Optional
+from typing import TYPE_CHECKING, Callable, ClassVar, Iterable, Optional
 
-import libcst as cst
+from .codes import DOCS_URL
 
-
-DOCS_URL = "https://github.com/torchlint/torchlint/blob/main/docs/rules/{code}.md"
+if TYPE_CHECKING:  # the engine imports libcst only when a file has to be parsed
+    import libcst as cst
 
 
 @dataclass

@@ -13,9 +13,9 @@ class UnknownCodeError(Exception):
 
 
 def known_codes() -> list:
-    from .rule import all_rules
+    from .codes import CODES
 
-    return list(all_rules())
+    return list(CODES)
 
 
 def validate_codes(codes, where: str) -> None:

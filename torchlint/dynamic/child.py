@@ -50,10 +50,18 @@ def _env(cfg, emit):
     return True
 
 
+_THREADS = []
+
+
 def _reset_torch(probes, anomaly):
     import torch
     from .probes import set_anomaly
 
+    # a job that set its own thread count (torch.set_num_threads) must not slow down the next ones
+    if not _THREADS:
+        _THREADS.append(torch.get_num_threads())
+    elif torch.get_num_threads() != _THREADS[0]:
+        torch.set_num_threads(_THREADS[0])
     torch.set_grad_enabled(True)
     torch.set_default_dtype(torch.float32)
     torch.manual_seed(0)

@@ -85,11 +85,14 @@ def _target(loss, variant, n):
     return y.unsqueeze(1) if variant == "column" else y
 
 
-def make_loader(batch: dict, loss: str, variant: str, steps: int, tokens: bool = False):
+def make_loader(batch: dict, loss: str, variant: str, steps: int, tokens: bool = False, device=None):
+    """Random batches shaped as the loop unpacks them, on the CPU as a dataset yields them, or
+    already on ``device`` (for a function that never moves its batches: its caller's data
+    pipeline would have)."""
     n = B * 2 * max(3, steps)  # as many batches as one capped loader pass of a real run
     kind = batch.get("kind", "tuple")
-    x = torch.randint(0, 64, (n, 10)) if tokens else torch.randn(n, D)
-    y = _target(loss, variant, n)
+    x = torch.randint(0, 64, (n, 10), device=device) if tokens else torch.randn(n, D, device=device)
+    y = _target(loss, variant, n).to(x.device)
     if kind == "dict":
         keys = batch.get("keys") or ["x", "y"]
         targets = set(batch.get("targets") or [k for k in keys if _is_target_name(k)])
@@ -105,7 +108,7 @@ def make_loader(batch: dict, loss: str, variant: str, steps: int, tokens: bool =
     size = max(1, int(batch.get("n", 2)))
     tidx = set(batch.get("targets", [size - 1] if size > 1 else []))
     fidx = set(batch.get("float_targets") or [])
-    cols = [(torch.randn(n) if i in fidx else y) if i in tidx else x for i in range(size)]
+    cols = [(torch.randn(n, device=x.device) if i in fidx else y) if i in tidx else x for i in range(size)]
     return DataLoader(TensorDataset(*cols), batch_size=B)
 
 
@@ -192,19 +195,30 @@ def run(job: dict, device: str, steps: int, probes, emit) -> str:
     loss0 = job.get("loss") or "unknown"
     if loss0 in ("cross_entropy", "nll"):
         variants = [("classes", loss0)]
+    elif loss0 == "unknown" and (job.get("batch") or {}).get("float_targets"):
+        # the criterion is a parameter and the targets are named like regression values
+        variants = [("column", "other"), ("flat", "other"), ("classes", "cross_entropy")]
     elif loss0 == "unknown":  # the criterion is a parameter: classification first, then regression
         variants = [("classes", "cross_entropy"), ("column", "other"), ("flat", "other")]
     else:
         variants = [("column", loss0), ("flat", loss0)]
     dev = torch.device(device)
+    # the stand-in model is on the target device; a function that never moves its batches gets
+    # them on that device too (a retry after a device mismatch), unless a device rule is being
+    # confirmed there: then the mismatch is the observation
+    may_move_data = dev.type != "cpu" and not {"TL601", "TL602"} & set(job.get("codes") or ())
+    attempts = [(v, l, False) for v, l in variants]
     last_exc = None
-    for vi, (variant, loss) in enumerate(variants):
+    vi = 0
+    while vi < len(attempts):
+        variant, loss, data_on_dev = attempts[vi]
         probes.suspended += 1
         try:
             model = StandInModel("classes" if variant == "classes" else variant, job.get("outputs", 1), loss).to(dev)
             tokens = bool(job.get("tokens"))
-            loader = make_loader(job.get("batch") or {}, loss, variant, steps, tokens)
-            val_loader = make_loader(job.get("batch") or {}, loss, variant, steps, tokens)
+            ddev = dev if data_on_dev else None
+            loader = make_loader(job.get("batch") or {}, loss, variant, steps, tokens, ddev)
+            val_loader = make_loader(job.get("batch") or {}, loss, variant, steps, tokens, ddev)
             opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
             env = {"model": model, "optimizer": opt, "loss_fn": make_criterion(loss), "device": dev,
                    "scheduler": torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.9),
@@ -224,15 +238,26 @@ def run(job: dict, device: str, steps: int, probes, emit) -> str:
                     kwargs[name] = val_loader
         finally:
             probes.suspended -= 1
-        emit("harness", variant=variant, call=f"{job['qualname']}({', '.join(kwargs)})")
+        emit("harness", variant=variant + (" (data on device)" if data_on_dev else ""),
+             call=f"{job['qualname']}({', '.join(kwargs)})")
         before = probes.backwards
         try:
             target(**kwargs)
             return "ok"
-        except Exception as exc:  # a shape mismatch of the stand-ins: try the next variant
-            if vi + 1 < len(variants) and probes.backwards == before and _shape_error(exc):
+        except Exception as exc:
+            if probes.backwards == before and may_move_data and not data_on_dev and _device_error(exc):
+                # the function feeds its batches as they come: its caller would have put them on
+                # the model's device; try again with the stand-in data there
+                emit("discard", variant=variant, error=f"{type(exc).__name__}: {str(exc)[:200]}")
+                attempts.insert(vi + 1, (variant, loss, True))
+                last_exc = exc
+                vi += 1
+                continue
+            if vi + 1 < len(attempts) and probes.backwards == before and _shape_error(exc):
+                # a shape or dtype mismatch of the stand-ins: try the next variant
                 emit("discard", variant=variant, error=f"{type(exc).__name__}: {str(exc)[:200]}")
                 last_exc = exc
+                vi += 1
                 continue
             raise
     if last_exc is not None:
@@ -246,8 +271,16 @@ def _is_val_name(name):
 
 
 def _shape_error(exc) -> bool:
+    """A stand-in that does not fit the code: wrong shape, or a dtype the loss does not take
+    (the wording differs between torch versions and devices)."""
     m = str(exc).lower()
-    return any(w in m for w in ("size", "shape", "dimension", "mismatch", "target"))
+    return any(w in m for w in ("size", "shape", "dimension", "mismatch", "target", "scalar type", "dtype",
+                                "not implemented for"))
+
+
+def _device_error(exc) -> bool:
+    m = str(exc)
+    return "same device" in m or "Expected all tensors" in m or ("device" in m and "cpu" in m)
 
 
 def namespace(**kw):

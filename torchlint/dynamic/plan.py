@@ -179,12 +179,12 @@ def _roles(mm, fn) -> dict:
 
 
 def _loss_kind(mm, fn, code) -> str:
-    from ..model.ir import LOSS, walk, CallOp
+    from ..model.ir import LOSS, all_ops, CallOp
 
     kinds = []
     fns = [fn] + list(getattr(fn, "nested", []))
     for f in fns:
-        for op in walk(f.body):
+        for op in all_ops(f):
             if isinstance(op, CallOp) and op.kind == LOSS and op.info:
                 kinds.append(op.info)
     for k in kinds:

@@ -182,6 +182,7 @@ class Probes(TorchFunctionMode):
         self.moved: dict = {}
         self.deviceless: dict = {}
         self.moved_modules: dict = {}
+        self.user_moved = False  # the program itself (not torch's own code) moved a tensor or module
         self.loaders: dict = {}
         self.last_loader = None
         self.loader_reported: set = set()
@@ -729,7 +730,10 @@ class Probes(TorchFunctionMode):
                                                  f"device at line {sites[0][1] if sites else '?'}: {msg[:160]}")
                     return
             for t in tensors:
-                if self._is_unmoved(t):
+                # a batch tensor left behind confirms TL601 only where the program put something on a
+                # device itself: torch's own moves (nn.DataParallel moves a CPU model to cuda:0 on a
+                # one-GPU machine) make a CPU-only program fail on a GPU, which is no TL601
+                if self._is_unmoved(t) and self.user_moved:
                     self.obs("TL601", sites, f"step {self.backwards + 1}: a batch tensor from the DataLoader "
                                              f"on {t.device} reached {name} at line "
                                              f"{sites[0][1] if sites else '?'}: {msg[:160]}")
@@ -817,6 +821,8 @@ class Probes(TorchFunctionMode):
                 isinstance(a, (str, torch.device, int)) and not isinstance(a, bool) for a in args[1:]) or any(
                 isinstance(a, torch.Tensor) for a in args[1:])
             if devarg and isinstance(out, torch.Tensor):
+                if not self.user_moved and not _torch_caller(sys._getframe(1)):
+                    self.user_moved = True
                 self._tag(self.moved, out)
                 self.unmoved.pop(id(out), None)
                 self.deviceless.pop(id(out), None)
@@ -876,7 +882,9 @@ class Probes(TorchFunctionMode):
                     if isinstance(a, (str, torch.device)) or (isinstance(a, int) and not isinstance(a, bool)):
                         dev = str(a)
                         break
-            if dev is not None and isinstance(r, nn.Module):
+            if dev is not None and isinstance(r, nn.Module) and not _torch_caller(sys._getframe(1)):
+                # moves that torch makes itself (nn.DataParallel on one GPU) are not the program's
+                probes.user_moved = True
                 probes.moved_modules[id(r)] = dev
                 probes.moved_modules[id(module)] = dev
             return r
@@ -904,12 +912,15 @@ class Probes(TorchFunctionMode):
         def __iter__(loader):
             it = orig(loader)
             cap = 8 * max(3, probes.steps)
-            start = probes.opt_steps
 
             def gen():
-                n = 0
+                # batches followed by at least one optimizer step: a loop that steps several
+                # optimizers per batch (a GAN) still runs as many iterations as a loop with one
+                n, stepped, last = 0, 0, probes.opt_steps
                 for batch in it:
-                    if not probes.suspended and (n >= cap or probes.opt_steps - start >= 2 * max(3, probes.steps)):
+                    if probes.opt_steps != last:
+                        stepped, last = stepped + 1, probes.opt_steps
+                    if not probes.suspended and (n >= cap or stepped >= 2 * max(3, probes.steps)):
                         break
                     n += 1
                     probes.last_loader = loader
@@ -1092,6 +1103,16 @@ class _Spellings:
         return r
 
 
+def _torch_caller(frame) -> bool:
+    """Whether the first frame outside the probes (from ``frame`` outwards) is torch's own code."""
+    while frame is not None:
+        fn = os.path.abspath(frame.f_code.co_filename)
+        if not fn.startswith(_HERE):
+            return fn.startswith(_TORCH_DIR + os.sep)
+        frame = frame.f_back
+    return False
+
+
 def _series(run) -> str:
     vals = [str(e[1]) for e in run]
     if len(vals) > 7:
@@ -1100,8 +1121,15 @@ def _series(run) -> str:
 
 
 def _reachable(fns, limit=200000):
-    """ids of the autograd nodes reachable from ``fns`` (AccumulateGrad leaves excluded)."""
-    seen = set()
+    """The autograd nodes reachable from ``fns`` (AccumulateGrad leaves excluded), by id.
+
+    The Python objects of the nodes are kept alive (as the values) for as long as the result
+    is: a node's Python wrapper may be created afresh by each ``next_functions`` and freed as
+    soon as it is dropped (whether the C++ node keeps it alive depends on the torch version),
+    so an id alone could be reused by another node of the same walk, which would then be
+    skipped as seen and the graph under it not counted.
+    """
+    seen: dict = {}
     stack = list(fns)
     while stack and len(seen) < limit:
         fn = stack.pop()
@@ -1109,7 +1137,7 @@ def _reachable(fns, limit=200000):
             continue
         if type(fn).__name__ == "AccumulateGrad":
             continue
-        seen.add(id(fn))
+        seen[id(fn)] = fn
         try:
             for n, _ in fn.next_functions:
                 if n is not None and id(n) not in seen:
@@ -1117,23 +1145,6 @@ def _reachable(fns, limit=200000):
         except Exception:
             pass
     return seen
-
-
-def _count_nodes(roots, limit=200000):
-    seen = set()
-    stack = [t.grad_fn for t in roots if t.grad_fn is not None]
-    while stack and len(seen) < limit:
-        fn = stack.pop()
-        if fn is None or id(fn) in seen:
-            continue
-        seen.add(id(fn))
-        try:
-            for n, _ in fn.next_functions:
-                if n is not None and id(n) not in seen:
-                    stack.append(n)
-        except Exception:
-            pass
-    return len(seen)
 
 
 # ----------------------------------------------------------------------- install

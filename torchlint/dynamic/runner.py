@@ -128,7 +128,22 @@ def _child_env(device: str, extra_path: list) -> dict:
     env["TORCHLINT_DYNAMIC"] = "1"
     if device == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""
+    # the runs are a few tiny batches: intra-op threads gain nothing there and, on a machine with
+    # few or busy cores (CI), their spinning made runs several times slower; the user's own
+    # OMP_NUM_THREADS / MKL_NUM_THREADS are kept unless TORCHLINT_DYNAMIC_THREADS is set
+    threads = str(default_threads())
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        if os.environ.get("TORCHLINT_DYNAMIC_THREADS") or not env.get(var):
+            env[var] = threads
     return env
+
+
+def default_threads() -> int:
+    """CPU threads of the child's torch: ``TORCHLINT_DYNAMIC_THREADS``, else half the cores (1 to 4)."""
+    env = os.environ.get("TORCHLINT_DYNAMIC_THREADS")
+    if env and env.isdigit() and int(env) > 0:
+        return int(env)
+    return max(1, min(4, (os.cpu_count() or 2) // 2))
 
 
 def _spawn(argv, env, cwd, device, memory_mb, shell=False):

@@ -12,13 +12,14 @@ from typing import Iterator, Optional
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
+from ..project import RETURN_KEEP, ProjectIndex, project_answer, summary_has_effects  # noqa: F401
 from . import catalog
 from .binder import Binder, ClassModel, FunctionModel, ImportTable, dotted
 from .dataflow import Dataflow
 from .flow import ENTRY, ModeFlow, summarize
 from .ir import (
     BACKWARD, CALL, CLEAR, FORWARD, GRAD_OFF, LOSS, MODE, STEP, AssignOp, BranchOp, CallOp,
-    LoopOp, ReturnOp, walk,
+    LoopOp, ReturnOp, all_ops, walk,
 )
 from .roles import RoleResolver, classify, is_eval_name
 
@@ -41,147 +42,17 @@ class ExternalRef:
         return f"ExternalRef({self.qualname})"
 
 
-class ProjectIndex:
-    """What the engine knows about the other modules of the linted tree.
-
-    ``modules`` maps module *keys* to files.  A key is the dotted module name, unless two
-    files of the tree share that name (``main.py`` in several example folders): then each gets
-    ``name@<hash of its import root>`` and an import resolves to the one importable from the
-    importer's root (its own folder for a script), or to nothing when that is ambiguous.
-    ``summaries`` maps ``key.function`` (``key.Class.method``) to summary dicts produced by
-    other workers (empty on the first pass).  ``classes`` maps ``key.Class`` to small class
-    facts (is it an ``nn.Module``, its bases and methods, what its forward returns).
-    ``reexports`` maps ``key.name`` to the qualified name it stands for (a package
-    ``__init__``'s ``from .engine import train``; any module's ``from x import y``);
-    ``stars`` maps a key to the modules it ``import *``s from.
-    """
-
-    def __init__(self, modules: Optional[dict] = None, summaries: Optional[dict] = None,
-                 classes: Optional[dict] = None, reexports: Optional[dict] = None):
-        self.called: set = set()
-        self.called_under_no_grad: set = set()
-        self.modules = modules or {}
-        self.summaries = summaries or {}
-        self.classes = classes or {}
-        self.reexports = reexports or {}
-        self.stars: dict = {}
-        self.by_name: dict = {}  # dotted module name -> [keys]
-        self.roots: dict = {}  # key -> import root directory
-        self.key_of_path: dict = {}  # absolute path -> key
-        for key in self.modules:
-            self.by_name.setdefault(key.split("@", 1)[0], []).append(key)
-
-    @classmethod
-    def for_files(cls, files) -> "ProjectIndex":
-        """The module table of a tree: keys, import roots, files."""
-        import hashlib
-        import os
-
-        from ..discover import module_name_for
-
-        entries = []
-        for f in files:
-            if not f.endswith((".py", ".pyi")):
-                continue
-            name, is_pkg = module_name_for(f)
-            ap = os.path.abspath(f)
-            root = os.path.dirname(ap)
-            for _ in range(name.count(".") + (1 if is_pkg else 0)):
-                root = os.path.dirname(root)
-            entries.append((name, root, ap, f))
-        count: dict = {}
-        for name, root, ap, f in entries:
-            count.setdefault(name, set()).add(root)
-        p = cls()
-        for name, root, ap, f in entries:
-            if len(count[name]) == 1:
-                key = name
-            else:
-                key = f"{name}@{hashlib.sha1(root.encode()).hexdigest()[:8]}"
-            if key in p.modules and not f.endswith(".py"):
-                continue  # prefer the .py over a stub
-            p.modules[key] = f
-            p.roots[key] = root
-            p.key_of_path[ap] = key
-            keys = p.by_name.setdefault(name, [])
-            if key not in keys:
-                keys.append(key)
-        return p
-
-    def key_for(self, path: str, name: str) -> str:
-        import os
-
-        return self.key_of_path.get(os.path.abspath(path), name) if path else name
-
-    def module_key(self, name: str, root: Optional[str] = None, here: Optional[str] = None) -> Optional[str]:
-        """The key of the tree module an import of ``name`` loads, seen from ``root``."""
-        keys = self.by_name.get(name)
-        if not keys:
-            return None
-        if len(keys) == 1:
-            return keys[0]
-        for r in (root, here):
-            if r is None:
-                continue
-            hit = [k for k in keys if self.roots.get(k) == r]
-            if len(hit) == 1:
-                return hit[0]
-        return None
-
-    def locate(self, qual: Optional[str], root: Optional[str] = None,
-               here: Optional[str] = None) -> Optional[str]:
-        """``engine.train`` -> the key-qualified name of a tree member, or ``None``.
-
-        The longest dotted prefix that names a tree module is the module; package
-        re-exports and star imports are followed.
-        """
-        if not qual:
-            return None
-        parts = qual.split(".")
-        for i in range(len(parts) - 1, 0, -1):
-            key = self.module_key(".".join(parts[:i]), root, here)
-            if key is not None:
-                return self.resolve(".".join([key] + parts[i:]))
-        return None
-
-    def resolve(self, qual: str) -> Optional[str]:
-        """Follow package ``__init__`` re-exports: ``pkg.train`` -> ``pkg.engine.train``."""
-        seen = 0
-        while seen < 8:
-            if qual in self.reexports:
-                qual = self.reexports[qual]
-            else:
-                mod, _, name = qual.rpartition(".")
-                for star in self.stars.get(mod, ()):
-                    cand = f"{star}.{name}"
-                    if cand in self.summaries or cand in self.classes or cand in self.reexports:
-                        qual = cand
-                        break
-                else:
-                    # a method reached through a re-exported class: pkg.Trainer.fit
-                    head, _, last = qual.rpartition(".")
-                    if head in self.reexports and head != qual:
-                        qual = f"{self.reexports[head]}.{last}"
-                    else:
-                        return qual
-            seen += 1
-        return qual
-
-    def method(self, cls_qual: str, name: str, depth: int = 0) -> Optional[str]:
-        """``key.Class`` + method name -> the key-qualified method, following bases."""
-        facts = self.classes.get(self.resolve(cls_qual))
-        if not facts or depth > 8:
-            return None
-        if name in facts.get("methods", ()):
-            return f"{self.resolve(cls_qual)}.{name}"
-        for b in facts.get("bases", ()):
-            m = self.method(b, name, depth + 1)
-            if m is not None:
-                return m
-        return None
-
-
 _DEF_RE_CACHE: dict = {}
+
+
+def _compact(summary: dict) -> dict:
+    """An exported summary without its empty fields (readers use ``.get`` with an empty
+    default): most functions do nothing a caller cares about, and the project, the cache and
+    the messages to the workers carry every exported summary."""
+    out = {k: v for k, v in summary.items() if v or k in ("name", "qualname", "path", "line")}
+    if summary.get("backward"):  # read with a default of True
+        out["backward_inherits_grad"] = bool(summary.get("backward_inherits_grad"))
+    return out
 
 
 class ModuleModel:
@@ -221,6 +92,7 @@ class ModuleModel:
         self._return_facts: dict = {}
         self.external_queries: set[str] = set()  # qualnames of other modules' functions asked for
         self._lines = None
+        self._def_index = None
         for fn in self.all_functions:
             classify(self, fn, self.resolver)
         self._callers_index = None  # built on first use, now that every call is classified
@@ -340,11 +212,20 @@ class ModuleModel:
             return 1
         if self._lines is None:
             self._lines = {}
+            line, pos = 1, 0
             for m in re.finditer(r"^[ \t]*(?:async[ \t]+)?def[ \t]+(\w+)", self.text, re.M):
-                self._lines.setdefault(m.group(1), []).append(self.text.count("\n", 0, m.start()) + 1)
+                line += self.text.count("\n", pos, m.start())  # counted once, not from the top each time
+                pos = m.start()
+                self._lines.setdefault(m.group(1), []).append(line)
         lines = self._lines.get(fn.name) or [0]
-        same = [f for f in self.all_functions if f.name == fn.name]
-        idx = same.index(fn) if fn in same else 0
+        if self._def_index is None:  # the n-th function of a name is the n-th ``def`` of it
+            self._def_index = {}
+            seen: dict = {}
+            for f in self.all_functions:
+                n = seen.get(f.name, 0)
+                self._def_index[id(f)] = n
+                seen[f.name] = n + 1
+        idx = self._def_index.get(id(fn), 0)
         return lines[idx] if idx < len(lines) else lines[0]
 
     # ------------------------------------------------------------------ calls
@@ -393,7 +274,7 @@ class ModuleModel:
                 continue
             ext = self.external_class_name(raw)
             if ext is not None:
-                self.external_queries.add("class:" + ext)
+                self.external_queries.add(f"method:{ext}.{name}")
                 q = self.project.method(ext, name)
                 if q is not None:
                     mod, _, nm = self._split(q)
@@ -419,7 +300,7 @@ class ModuleModel:
         if "." in nm:
             # Class.method of an imported class (a static or class method), maybe inherited
             cls_q, _, meth = loc.rpartition(".")
-            self.external_queries.add("class:" + cls_q)
+            self.external_queries.add(f"method:{cls_q}.{meth}")
             m = self.project.method(cls_q, meth)
             if m is not None:
                 mod, _, nm = self._split(m)
@@ -428,12 +309,14 @@ class ModuleModel:
     def _is_tree_module_member(self, q: str) -> bool:
         return self.locate(q) is not None
 
-    def summary_of(self, target) -> Optional[dict]:
+    def summary_of(self, target, aspect: str = "effects") -> Optional[dict]:
+        """The summary of a called function; for one of another module, ``aspect`` says
+        which part of it the caller uses (see ``project_answer``)."""
         if target is None:
             return None
         if isinstance(target, ExternalRef):
             q = self.project.resolve(target.qualname)
-            self.external_queries.add(q)
+            self.external_queries.add(q if aspect == "effects" else f"{aspect}:{q}")
             return self.project.summaries.get(q)
         key = id(target)
         s = self._summaries.get(key)
@@ -495,14 +378,14 @@ class ModuleModel:
             if self._callers_index is None:  # one walk for all functions, not one per question
                 index: dict = {}
                 for f in self.all_functions:
-                    for op in walk(f.body):
+                    for op in all_ops(f):
                         if isinstance(op, CallOp) and op.kind == CALL and op.info is not None:
                             index.setdefault(id(op.info), []).append((f, op))
                 self._callers_index = index
             yield from [(f, op) for f, op in self._callers_index.get(id(fn), ()) if op.info is fn]
             return
         for f in self.all_functions:
-            for op in walk(f.body):
+            for op in all_ops(f):
                 if isinstance(op, CallOp) and op.kind == CALL and op.info is fn:
                     yield f, op
 
@@ -570,16 +453,14 @@ class ModuleModel:
             return r
         done = self.ensure_dataflow(fn)  # a callee's facts are needed before its caller's
         out = frozenset()
-        for op in walk(fn.body):
+        for op in all_ops(fn):
             if isinstance(op, ReturnOp):
                 out = out | op.value_facts
         if done:
             self._return_facts[id(fn)] = out
         return out
 
-    # facts a call's value inherits from what the callee returns
-    _RETURN_KEEP = frozenset({"graph", "loss", "probs", "logprobs", "sigmoid", "logits", "moved",
-                              "detached", "scalar", "model_out", "fresh", "float"})
+    _RETURN_KEEP = RETURN_KEEP
 
     def call_result_facts(self, fn: FunctionModel, op: CallOp, arg_facts=()) -> frozenset:
         """Facts of the value a call of a function of the linted tree returns: what its
@@ -591,7 +472,8 @@ class ModuleModel:
                 return frozenset()
             ret = self.return_facts(target)
         elif isinstance(target, ExternalRef):
-            s = self.summary_of(target)
+            batch = any("batch" in a for a in arg_facts)
+            s = self.summary_of(target, "retb" if batch else "ret")
             ret = frozenset(s.get("returns", ())) if s else frozenset()
         else:
             return frozenset()
@@ -605,7 +487,7 @@ class ModuleModel:
         messages that must say which function made the difference), else ``None``."""
         if not isinstance(op, CallOp) or op.kind != CALL:
             return None
-        s = self.summary_of(op.info)
+        s = self.summary_of(op.info, "exact")
         if not s:
             return None
         return f"`{s['name']}()` ({s['path']}:{s['line']})"
@@ -616,13 +498,13 @@ class ModuleModel:
         from .binder import dotted as _dotted
 
         if isinstance(expr, cst.Call):
-            op = next((o for o in walk(fn.body) if isinstance(o, CallOp) and o.node is expr), None)
+            op = next((o for o in all_ops(fn) if isinstance(o, CallOp) and o.node is expr), None)
             return self.describe_call(op)
         name = _dotted(expr) if expr is not None else None
         if not name:
             return None
         last = None
-        for o in walk(fn.body):
+        for o in all_ops(fn):
             if isinstance(o, AssignOp) and o.aug is None and isinstance(o.value, cst.Call):
                 for t in o.targets:
                     names = [_dotted(e.value) for e in t.elements] if isinstance(t, (cst.Tuple, cst.List)) \
@@ -656,7 +538,7 @@ class ModuleModel:
         values = []
         f = fn
         while f is not None:
-            values += [op.value for op in walk(f.body) if isinstance(op, AssignOp) and op.value is not None
+            values += [op.value for op in all_ops(f) if isinstance(op, AssignOp) and op.value is not None
                        and any(_dotted(t) == path for t in op.targets)]
             f = f.parent
         cls = fn.cls or (fn.parent.cls if fn.parent is not None else None)
@@ -675,14 +557,14 @@ class ModuleModel:
                 if isinstance(c, cst.Call) and (_dotted(c.func) or "").endswith("partial") and c.args:
                     c = c.args[0].value
                 target = self.function_named(fn, _dotted(c))
-                s = self.summary_of(target) if target is not None else None
+                s = self.summary_of(target, "exact") if target is not None else None
                 if s and (s.get("moves") or "moved" in s.get("returns", ())):
                     return True
         return False
 
     def clears_by_assignment(self, fn: FunctionModel) -> bool:
         """``p.grad = None`` / ``p.grad.zero_()`` style clearing inside ``fn``."""
-        for op in walk(fn.body):
+        for op in all_ops(fn):
             if isinstance(op, AssignOp):
                 for t in op.targets:
                     if isinstance(t, cst.Attribute) and t.attr.value == "grad":
@@ -694,7 +576,7 @@ class ModuleModel:
 
     # ------------------------------------------------------------------ loops
     def loops(self, fn: FunctionModel) -> list:
-        return [op for op in walk(fn.body) if isinstance(op, LoopOp)]
+        return [op for op in all_ops(fn) if isinstance(op, LoopOp)]
 
     def export_summaries(self) -> dict:
         """Summaries of the module's top-level functions and methods, keyed by qualified name."""
@@ -702,7 +584,7 @@ class ModuleModel:
         for fn in self.all_functions:
             if fn.is_module_level or fn.parent is not None:
                 continue
-            out[f"{self.module_name}.{fn.qualname}"] = self.summary_of(fn)
+            out[f"{self.module_name}.{fn.qualname}"] = _compact(self.summary_of(fn))
         return out
 
     def export_calls(self) -> list:
@@ -711,7 +593,7 @@ class ModuleModel:
 
         out = []
         for fn in self.all_functions:
-            for op in walk(fn.body):
+            for op in all_ops(fn):
                 if isinstance(op, CallOp) and op.kind == _CALL and isinstance(op.info, ExternalRef):
                     out.append([self.project.resolve(op.info.qualname), op.grad == GRAD_OFF])
         return out

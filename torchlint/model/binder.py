@@ -23,14 +23,23 @@ from .ir import (
 
 def dotted(node: cst.CSTNode) -> Optional[str]:
     """``a.b.c`` for Name/Attribute chains, ``None`` for anything else."""
+    # exact type tests: libcst's node classes are ABCs, so isinstance() is slow, and Name
+    # and Attribute have no subclasses
+    t = type(node)
+    if t is _Name:
+        return node.value
     parts = []
-    while isinstance(node, cst.Attribute):
+    while t is _Attribute:
         parts.append(node.attr.value)
         node = node.value
-    if isinstance(node, cst.Name):
+        t = type(node)
+    if t is _Name:
         parts.append(node.value)
         return ".".join(reversed(parts))
     return None
+
+
+_Name, _Attribute = cst.Name, cst.Attribute
 
 
 def _attr_chain(node: cst.BaseExpression) -> str:

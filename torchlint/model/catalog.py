@@ -5,6 +5,7 @@ them (and, when nothing better is known, variable names) to *roles*.
 """
 from __future__ import annotations
 
+import functools
 import re
 from typing import Optional
 
@@ -131,6 +132,7 @@ _VERB_PREFIX = re.compile(
     r"compile|trace|instantiate|construct)_", re.I)
 
 
+@functools.lru_cache(maxsize=8192)
 def role_from_name(name: str) -> Optional[str]:
     """Guess a role from a variable name (last attribute); ``None`` if nothing fits.
 

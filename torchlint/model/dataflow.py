@@ -37,7 +37,7 @@ from . import catalog
 from .binder import dotted
 from .ir import (
     BACKWARD, CALL, FORWARD, GRAD_OFF, LOSS, MOVE, AssignOp, BranchOp, CallOp, LoopOp, ReturnOp,
-    walk,
+    all_ops, walk,
 )
 
 EMPTY: frozenset = frozenset()
@@ -130,6 +130,19 @@ _TOKEN_TYPES: dict = {}
 _VISIT_FIRST = {"IfExp": ("body", "test", "orelse")}
 
 
+_ISSUB: dict = {}
+
+
+def _is(x, base) -> bool:
+    """``isinstance(x, base)`` cached per type: libcst's node classes are ABCs, whose
+    isinstance checks dominate the dataflow pass's walks over expressions."""
+    k = (type(x), base)
+    r = _ISSUB.get(k)
+    if r is None:
+        r = _ISSUB[k] = isinstance(x, base)
+    return r
+
+
 def _code_children(e) -> list:
     """``e.children`` in the same order, without whitespace and punctuation nodes, cheaply:
     libcst's ``.children`` rebuilds the node through a visitor (the dataflow pass's hot spot)."""
@@ -146,10 +159,11 @@ def _code_children(e) -> list:
     out = []
     for name in names:
         v = getattr(e, name)
-        if isinstance(v, cst.CSTNode):
-            vals = (v,)
-        elif isinstance(v, (tuple, list)):
+        tv = type(v)
+        if tv is tuple or tv is list:
             vals = v
+        elif _is(v, cst.CSTNode):
+            vals = (v,)
         else:
             continue
         for x in vals:
@@ -163,6 +177,10 @@ def _code_children(e) -> list:
             if not tok:
                 out.append(x)
     return out
+
+
+_SCAN_LEAVES = frozenset((cst.Name, cst.Integer, cst.Float, cst.SimpleString, cst.Lambda))
+_COMPS = frozenset((cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp))
 
 
 def _strip(f: frozenset, *names: str) -> frozenset:
@@ -536,11 +554,11 @@ class Dataflow:
         stack = [(expr, env)]
         while stack:
             e, en = stack.pop()
-            if e is None or isinstance(e, (cst.Name, cst.Integer, cst.Float, cst.SimpleString, cst.Lambda)):
+            if e is None or type(e) in _SCAN_LEAVES:
                 continue
-            if isinstance(e, cst.Attribute) and e.attr.value == "data":
+            if type(e) is cst.Attribute and e.attr.value == "data":
                 self._add_data(e, en, op)
-            if isinstance(e, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)):
+            if type(e) in _COMPS:
                 en = dict(en)
                 f = e.for_in
                 while f is not None:
@@ -556,7 +574,7 @@ class Dataflow:
                                     en[d] = frozenset({"param"})
                     f = f.inner_for_in
             for child in _code_children(e):
-                if not isinstance(child, cst.BaseSuite):
+                if not _is(child, cst.BaseSuite):
                     stack.append((child, en))
 
     def _call_inplace(self, op: CallOp, env) -> None:
@@ -639,16 +657,16 @@ class Dataflow:
         stack = [expr]
         while stack:
             e = stack.pop()
-            if e is None or isinstance(e, (cst.Lambda, cst.Call)):
+            if e is None or type(e) is cst.Lambda or type(e) is cst.Call:
                 continue
-            if isinstance(e, cst.BinaryOperation) and type(e.operator).__name__ in _SAVING_BINOPS:
+            if type(e) is cst.BinaryOperation and type(e.operator).__name__ in _SAVING_BINOPS:
                 lf, rf = self.facts(e.left, env), self.facts(e.right, env)
                 if rf & _GRAPHY:
                     names.append((e.left, lf))
                 if lf & _GRAPHY:
                     names.append((e.right, rf))
             for child in _code_children(e):
-                if isinstance(child, cst.BaseExpression):
+                if _is(child, cst.BaseExpression):
                     stack.append(child)
         return self._mark(names, env)
 
@@ -831,7 +849,7 @@ def constructor_qual(mm, fn, path: Optional[str]) -> Optional[str]:
 
 def _assigned_call(fn, name: str) -> Optional[cst.Call]:
     hits = []
-    for op in walk(fn.body):
+    for op in all_ops(fn):
         if isinstance(op, AssignOp) and op.aug is None and isinstance(op.value, cst.Call):
             for t in op.targets:
                 if isinstance(t, cst.Name) and t.value == name:

@@ -20,7 +20,7 @@ from . import catalog
 from .binder import dotted
 from .ir import (
     BACKWARD, CALL, CLEAR, FORWARD, GRAD_OFF, MODE, SCHED_STEP, STEP,
-    AssignOp, BranchOp, CallOp, LoopOp, walk,
+    AssignOp, BranchOp, CallOp, LoopOp, all_ops, walk,
 )
 
 ENTRY = "entry"
@@ -266,7 +266,7 @@ def loop_trains(loop: LoopOp) -> bool:
 
 
 def function_events(fn, kinds) -> list:
-    return [op for op in walk(fn.body) if isinstance(op, CallOp) and op.kind in kinds]
+    return [op for op in all_ops(fn) if isinstance(op, CallOp) and op.kind in kinds]
 
 
 def summarize(mm, fn) -> dict:
@@ -342,7 +342,7 @@ def summarize(mm, fn) -> dict:
         "grad": fn.decorator_grad,
         "returns": sorted(mm.return_facts(fn)),
         "forward": bool(function_events(fn, (FORWARD,))) or any(s.get("forward") for s in sub),
-        "moves": any(op.kind == "move" for op in walk(fn.body) if isinstance(op, CallOp))
+        "moves": any(op.kind == "move" for op in all_ops(fn) if isinstance(op, CallOp))
         or any(s.get("moves") for s in sub),
         # loader parameters it iterates in a training loop / only in evaluation loops (TL701)
         **dict(zip(("trains_on", "evaluates_on"), _loader_params(mm, fn))),
@@ -377,7 +377,7 @@ def _key_for(fn, path: Optional[str], keys, free=()) -> Optional[str]:
 
 def _assigned(fn) -> set:
     out = set()
-    for op in walk(fn.body):
+    for op in all_ops(fn):
         if isinstance(op, AssignOp):
             for t in op.targets:
                 for d in _target_names(t):

@@ -126,15 +126,28 @@ Block = list
 
 def walk(block: Block, into_loops: bool = True) -> Iterator[Op]:
     """Every op in program order (depth first), loops and branches included."""
-    for op in block:
-        yield op
-        if isinstance(op, LoopOp):
-            if into_loops:
-                yield from walk(op.body, into_loops)
-                yield from walk(op.orelse, into_loops)
-        elif isinstance(op, BranchOp):
-            for arm in op.arms:
-                yield from walk(arm, into_loops)
+    stack = [iter(block)]
+    while stack:
+        for op in stack[-1]:
+            yield op
+            if type(op) is LoopOp or isinstance(op, LoopOp):
+                if into_loops and (op.body or op.orelse):
+                    stack.append(iter(op.body + op.orelse) if op.orelse else iter(op.body))
+                    break
+            elif isinstance(op, BranchOp) and op.arms:
+                stack.append(iter([o for arm in op.arms for o in arm]) if len(op.arms) > 1 else iter(op.arms[0]))
+                break
+        else:
+            stack.pop()
+
+
+def all_ops(fn) -> list:
+    """``list(all_ops(fn))`` of a function, computed once (its body does not change after
+    binding; rules and analyses ask for it many times)."""
+    ops = fn.__dict__.get("_all_ops")
+    if ops is None:
+        ops = fn._all_ops = list(walk(fn.body))
+    return ops
 
 
 def calls(block: Block, into_loops: bool = True) -> Iterator[CallOp]:

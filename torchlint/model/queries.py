@@ -14,7 +14,7 @@ from . import catalog
 from .binder import dotted
 from .flow import norm_path
 from .ir import (
-    AUTOGRAD_GRAD, BACKWARD, CALL, CLEAR, FORWARD, SCHED_STEP, STEP, AssignOp, CallOp, LoopOp, walk,
+    AUTOGRAD_GRAD, BACKWARD, CALL, CLEAR, FORWARD, SCHED_STEP, STEP, AssignOp, CallOp, LoopOp, all_ops, walk,
 )
 
 
@@ -151,7 +151,7 @@ def is_accumulation_test(test) -> bool:
 
 def manual_update(fn) -> bool:
     """Parameters updated by hand (``p -= lr * p.grad``, ``p.data.add_(p.grad, ...)``)."""
-    for op in walk(fn.body):
+    for op in all_ops(fn):
         if isinstance(op, AssignOp) and op.aug is not None and op.value is not None:
             if _mentions_grad(op.value):
                 return True
@@ -258,7 +258,7 @@ def local_function(target):
 
 def first_direct(fn, kind: str) -> Optional[CallOp]:
     """The first event of ``kind`` written in ``fn`` itself (not in a helper)."""
-    for op in walk(fn.body):
+    for op in all_ops(fn):
         if isinstance(op, CallOp) and op.kind == kind:
             return op
     return None
@@ -266,7 +266,7 @@ def first_direct(fn, kind: str) -> Optional[CallOp]:
 
 def passes_as_argument(fn, path: str) -> bool:
     """``path`` is passed to some call in ``fn`` that is not a training event (it may step it)."""
-    for op in walk(fn.body):
+    for op in all_ops(fn):
         if isinstance(op, CallOp) and op.kind is None:
             for a in op.args:
                 if norm_path(dotted(a.value)) == path:

@@ -31,7 +31,7 @@ from . import catalog
 from .binder import _child_fields, dotted
 from .ir import (
     AUTOGRAD_GRAD, BACKWARD, CALL, FORWARD, GRAD_OFF, MOVE, AssignOp, BranchOp, CallOp, LoopOp,
-    ReturnOp, walk,
+    ReturnOp, all_ops, walk,
 )
 
 ITER_WRAPPERS = ("enumerate", "tqdm", "tqdm.tqdm", "tqdm.auto.tqdm", "iter", "trange",
@@ -216,7 +216,7 @@ class Resources:
         if r is not None:
             return r
         r = {}
-        for op in walk(fn.body):
+        for op in all_ops(fn):
             if not isinstance(op, AssignOp) or op.value is None or op.aug is not None:
                 continue
             for t in op.targets:
@@ -555,7 +555,7 @@ class Resources:
                     target = cls.methods.get(name[5:]) if cls is not None else None
                 if target is None:
                     return None  # an unknown collate function may move
-                s = self.mm.summary_of(target)
+                s = self.mm.summary_of(target, "exact")  # unknown: may move; known: it says
                 if s is None or s.get("moves") or "moved" in s.get("returns", ()):
                     return "device"
         ds = _dataset_arg(call)
@@ -647,7 +647,7 @@ class Resources:
     def loader_constructions(self) -> list:
         out = []
         for fn in self.mm.all_functions:
-            for op in walk(fn.body):
+            for op in all_ops(fn):
                 if isinstance(op, CallOp) and op.qual in catalog.LOADER_NAMES:
                     out.append(self._loader_info(fn, op))
         return out
@@ -697,7 +697,7 @@ class Resources:
         if d and any(w.startswith(("iter", "stream", "pipe", "datapipe")) for w in words(d)):
             return True  # train_iterator, stream, datapipe: iterable-style data
         if d:
-            for o in walk(fn.body):
+            for o in all_ops(fn):
                 if isinstance(o, CallOp) and o.recv == d and o.attr in ("shuffle", "shuffled"):
                     return True
         return False
@@ -723,7 +723,7 @@ class Resources:
         constructing function returns it."""
         fn, op = info.fn, info.op
         out = []
-        for o in walk(fn.body):
+        for o in all_ops(fn):
             if isinstance(o, AssignOp) and o.value is not None and o.aug is None and contains(o.value, op.node):
                 for t in o.targets:
                     d = dotted(t)
@@ -764,7 +764,7 @@ class Resources:
                     if isinstance(v, cst.Call) and dotted(v.func) == "iter" and v.args and \
                             dotted(v.args[0].value) == path:
                         iters.add(p)
-            for o in walk(f.body):
+            for o in all_ops(f):
                 if isinstance(o, LoopOp) and not o.is_while and o.iter is not None:
                     it = strip_iter_wrappers(o.iter)
                     targets = [it]
@@ -849,7 +849,7 @@ class Resources:
         if cached is not None:
             return cached
         out = []
-        for op in walk(fn.body):
+        for op in all_ops(fn):
             if op.loop is None:
                 continue
             if isinstance(op, AssignOp) and op.value is not None:
@@ -893,7 +893,7 @@ class Resources:
                     path in (dotted(value.left), dotted(value.right)):
                 continue
             out.append(op)
-        for op in walk(fn.body):
+        for op in all_ops(fn):
             if isinstance(op, CallOp) and op.recv == path and op.attr in ("clear", "zero_", "fill_", "reset"):
                 out.append(op)
         return out
@@ -917,7 +917,7 @@ class Resources:
         fn = acc.fn
         derived = {acc.container}
         changed = True
-        assigns = [o for o in walk(fn.body) if isinstance(o, AssignOp) and o.value is not None]
+        assigns = [o for o in all_ops(fn) if isinstance(o, AssignOp) and o.value is not None]
         rounds = 0
         while changed and rounds < 4:
             changed, rounds = False, rounds + 1
@@ -929,7 +929,7 @@ class Resources:
                             if tn not in derived:
                                 derived.add(tn)
                                 changed = True
-        for o in walk(fn.body):
+        for o in all_ops(fn):
             if not isinstance(o, CallOp):
                 continue
             if o.kind in (BACKWARD, AUTOGRAD_GRAD) or (o.kind == CALL and self._callee_backward(o)):
@@ -1008,7 +1008,7 @@ class Resources:
         """``argmax()``/``max()`` calls without ``dim`` on batched model outputs whose result
         is compared with labels from the loader: [CallOp]."""
         cands = []
-        for op in walk(fn.body):
+        for op in all_ops(fn):
             if not isinstance(op, CallOp):
                 continue
             if op.attr in ("argmax", "max") and op.recv_node is not None and not op.args and \
@@ -1028,7 +1028,7 @@ class Resources:
         out = []
         for op in cands:
             derived = set()
-            for o in walk(fn.body):
+            for o in all_ops(fn):
                 if isinstance(o, AssignOp) and o.value is not None and \
                         (contains(o.value, op.node) or names_in(o.value) & derived):
                     for t in o.targets:
@@ -1058,7 +1058,7 @@ class Resources:
         """Every loader iterated in ``fn`` is a ``DataLoader`` with ``batch_size=1`` (the
         default): a flattened argmax of a ``(1, C)`` output is the class index."""
         found = False
-        for o in walk(fn.body):
+        for o in all_ops(fn):
             if not isinstance(o, LoopOp) or o.is_while or o.iter is None:
                 continue
             if self.mm.resolver.of_expr(fn, strip_iter_wrappers(o.iter))[0] != catalog.LOADER:
@@ -1081,7 +1081,7 @@ class Resources:
     def _label_names(self, fn) -> set:
         """Names holding batch tensors (loader loop targets and values derived from them)."""
         out = set()
-        for o in walk(fn.body):
+        for o in all_ops(fn):
             if isinstance(o, LoopOp) and not o.is_while and o.target is not None:
                 it = strip_iter_wrappers(o.iter)
                 role = self.mm.resolver.of_expr(fn, it)[0]
@@ -1140,7 +1140,7 @@ class _ForwardDevice:
         self.res, self.mm, self.fn = res, res.mm, fn
         self.env: dict = {}
         self.hits: dict = {}
-        self.calls = {id(o.node): o for o in walk(fn.body) if isinstance(o, CallOp)}
+        self.calls = {id(o.node): o for o in all_ops(fn) if isinstance(o, CallOp)}
         self.tensor_params = []
         defaults = fn.defaults
         for p in fn.params:

@@ -11,7 +11,7 @@ from . import catalog
 from .binder import dotted
 from .ir import (
     AUTOGRAD_GRAD, BACKWARD, CALL, CLEAR, FORWARD, LOSS, MODE, MOVE, SCHED_STEP, STEP,
-    AssignOp, CallOp, DefOp, LoopOp, ReturnOp, walk,
+    AssignOp, CallOp, DefOp, LoopOp, ReturnOp, all_ops, walk,
 )
 
 # (role, info) where info is the loss kind for LOSS, the class name for MODEL
@@ -152,7 +152,7 @@ class RoleResolver:
         if roles.get("__done__"):
             return roles
         roles["__done__"] = (None, None)
-        for op in walk(fn.body):
+        for op in all_ops(fn):
             if isinstance(op, AssignOp) and op.value is not None and op.aug is None:
                 self._assign_roles(fn, op, roles)
             elif isinstance(op, DefOp):
@@ -228,7 +228,7 @@ class RoleResolver:
         """
         f = fn
         while f is not None:
-            for op in walk(f.body):
+            for op in all_ops(f):
                 if isinstance(op, AssignOp) and op.aug is None and op.value is not None:
                     v = _value_bound_to(op, path)
                     if v is not None:
@@ -417,14 +417,14 @@ class RoleResolver:
             return self._marks
         marks = []
         for fn in self.mm.all_functions:
-            for op in walk(fn.body):
+            for op in all_ops(fn):
                 if isinstance(op, CallOp) and op.attr == "requires_grad_" and op.recv:
                     v = _bool_arg(op, True)
                     if v is not None and not op.recv.endswith(".grad"):
                         marks.append((self._scope_key(fn, op.recv)[0], _strip_module(op.recv), not v))
                 elif isinstance(op, CallOp) and op.attr == "requires_grad_" and op.recv is None:
                     pass
-            for loop in (o for o in walk(fn.body) if isinstance(o, LoopOp)):
+            for loop in (o for o in all_ops(fn) if isinstance(o, LoopOp)):
                 it = loop.iter
                 if not (isinstance(it, cst.Call) and isinstance(it.func, cst.Attribute)
                         and it.func.attr.value in ("parameters", "named_parameters")):
@@ -691,7 +691,7 @@ def _mode_of_train_call(op: CallOp) -> Optional[str]:
 
 def classify(mm, fn, resolver: RoleResolver) -> None:
     """Label the calls of ``fn`` that are training events."""
-    for op in walk(fn.body):
+    for op in all_ops(fn):
         if not isinstance(op, CallOp):
             continue
         attr = op.attr

@@ -6,6 +6,7 @@ import os
 from collections import Counter
 
 from ..findings import Finding
+from ..codes import CODES, DOCS_URL
 from ..rule import all_rules
 
 FORMATS = ("text", "concise", "json", "json-lines", "github", "sarif", "lsp")
@@ -94,7 +95,7 @@ def _json_obj(f: Finding) -> dict:
         "location": {"row": f.line, "column": f.column + 1},
         "end_location": {"row": f.span.end.line, "column": f.span.end.column + 1},
         "fix": f.fix.to_dict() if f.fix else None,
-        "url": all_rules()[f.code].url() if f.code in all_rules() else None,
+        "url": DOCS_URL.format(code=f.code) if f.code in CODES else None,
         "noqa_row": f.line,
     }
     if f.cell is not None:

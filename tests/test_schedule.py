@@ -1,0 +1,127 @@
+"""Dependency-ordered linting: imports read without parsing, imported modules linted first,
+so a connected tree is parsed once and cross-module results match a run that knew everything."""
+import os
+import textwrap
+
+from torchlint import engine
+from torchlint.engine import LintOptions, run
+from torchlint.rule import all_rules
+from torchlint.schedule import dependency_order, import_graph, imported_names
+from torchlint.schedule import fresh_project
+
+OPTS = LintOptions(enabled=frozenset(c for c in all_rules() if c != "TL002"))
+
+
+def test_imported_names_reads_every_import_form():
+    src = textwrap.dedent("""\
+        import os, torch.nn as nn
+        from . import engine, utils as u
+        from ..data import (
+            loader,
+            collate_batch,  # the project's collate
+        )
+        from .models.resnet import *
+        if TYPE_CHECKING:
+            from trainer.callbacks import EarlyStopping
+        def late():
+            from .metrics import accuracy
+    """).encode()
+    names = imported_names(src, "proj.train.loop", False)
+    assert {"os", "torch.nn", "proj.train", "proj.train.engine", "proj.train.utils", "proj.data",
+            "proj.data.loader", "proj.data.collate_batch", "proj.train.models.resnet",
+            "trainer.callbacks", "trainer.callbacks.EarlyStopping", "proj.train.metrics",
+            "proj.train.metrics.accuracy"} <= names
+    # from a package __init__, one dot is the package itself
+    assert "proj.train.engine" in imported_names(b"from .engine import fit\n", "proj.train", True)
+
+
+def test_dependency_order_puts_imports_first_and_survives_cycles():
+    # 0 imports 1 and 2; 1 imports 2; 2 and 3 import each other
+    order = dependency_order([[1, 2], [2], [3], [2]])
+    assert sorted(order) == [0, 1, 2, 3]
+    assert order.index(2) < order.index(1) < order.index(0)
+
+
+def _tree(tmp_path):
+    pkg = tmp_path / "proj"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("from .engine import train_step\n")
+    (pkg / "engine.py").write_text(textwrap.dedent("""\
+        def train_step(model, batch, criterion, optimizer):
+            inputs, targets = batch
+            loss = criterion(model(inputs), targets)
+            loss.backward()
+            optimizer.step()
+            return loss
+    """))
+    (pkg / "train.py").write_text(textwrap.dedent("""\
+        import torch
+        from torch import nn
+        from proj import train_step
+
+        def main(loader):
+            model = nn.Linear(10, 2)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            criterion = nn.CrossEntropyLoss()
+            for epoch in range(10):
+                for batch in loader:
+                    train_step(model, batch, criterion, optimizer)
+    """))
+    return [str(pkg / "__init__.py"), str(pkg / "engine.py"), str(pkg / "train.py")]
+
+
+def test_import_graph_links_importers_to_tree_modules(tmp_path):
+    files = _tree(tmp_path)
+    deps = import_graph(files, fresh_project(files), lambda p: open(p, "rb").read())
+    assert deps[0] == [1]  # __init__ re-exports from engine
+    assert 0 in deps[2]  # train imports the package
+
+
+FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "crossfn")
+
+
+def _fixture_files(*names):
+    out = []
+    for name in names:
+        for d, _, fs in sorted(os.walk(os.path.join(FIXTURES, name))):
+            out += [os.path.join(d, f) for f in sorted(fs) if f.endswith(".py")]
+    return out
+
+
+def test_connected_tree_is_linted_once_and_finds_the_cross_module_bugs(monkeypatch):
+    # importers listed before what they import: the order of discovery does not matter
+    files = sorted(_fixture_files("amp_helpers_never_clear_grads", "trainer_base_class_in_package"),
+                   key=lambda p: ("train.py" not in p, p))
+    linted = []
+    real = engine.lint_path
+
+    def counting(path, opts, project=None):
+        linted.append(os.path.relpath(path, FIXTURES))
+        return real(path, opts, project)
+
+    monkeypatch.setattr(engine, "lint_path", counting)
+    results = run(files, OPTS, jobs=1)
+    found = {(os.path.relpath(r.path, FIXTURES), f.code, f.line) for r in results for f in r.findings}
+    # the helpers never clear gradients (amp_utils.py); the base class's epoch helper leaves
+    # the model in eval mode for the subclass's training loop (trainers/base.py)
+    assert found == {("amp_helpers_never_clear_grads/train.py", "TL103", 31),
+                     ("trainer_base_class_in_package/trainers/regression.py", "TL202", 25)}
+    assert sorted(linted) == sorted(os.path.relpath(f, FIXTURES) for f in files)  # each once
+
+
+def test_process_pool_gives_the_results_of_one_process():
+    files = _fixture_files(*sorted(os.listdir(FIXTURES)))  # 32 small projects, one tree
+
+    def shown(results):
+        return [(r.path, [(f.code, f.line, f.message) for f in r.findings]) for r in results]
+
+    one, two = shown(run(files, OPTS, jobs=1)), shown(run(files, OPTS, jobs=2))
+    assert one == two
+    # and what each project gives when linted on its own (fixtures/crossfn/expected.toml)
+    try:
+        import tomllib
+    except ImportError:  # Python < 3.11
+        import tomli as tomllib
+    with open(os.path.join(FIXTURES, "expected.toml"), "rb") as fh:
+        expected = {(path, c) for path, codes in tomllib.load(fh).items() for c in codes}
+    assert {(os.path.relpath(p, FIXTURES), f"{c}:{line}") for p, fs in one for c, line, _ in fs} == expected

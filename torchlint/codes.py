@@ -1,0 +1,37 @@
+"""Every rule code and its name: what the command line needs (selection, output) without
+importing the rules, and with them libcst, on a run answered from the cache.
+
+Generated from the rule classes by ``python -m torchlint.docs``; ``tests/test_docs.py`` checks
+that it matches them.
+"""
+
+DOCS_URL = "https://github.com/torchlint/torchlint/blob/main/docs/rules/{code}.md"
+
+CODES = {
+    "TL000": "internal-error",
+    "TL001": "syntax-error",
+    "TL002": "unused-noqa",
+    "TL101": "step-before-backward",
+    "TL102": "zero-grad-between-backward-and-step",
+    "TL103": "missing-zero-grad",
+    "TL104": "backward-without-step",
+    "TL105": "scheduler-before-optimizer-step",
+    "TL201": "eval-without-eval-mode",
+    "TL202": "train-after-eval",
+    "TL203": "eval-without-no-grad",
+    "TL204": "backward-under-no-grad",
+    "TL301": "inplace-on-saved-tensor",
+    "TL302": "data-attribute",
+    "TL303": "forward-called-directly",
+    "TL401": "softmax-before-cross-entropy",
+    "TL402": "sigmoid-before-bce-with-logits",
+    "TL403": "nll-loss-without-log-softmax",
+    "TL404": "cross-entropy-float-targets",
+    "TL501": "loss-accumulated-with-graph",
+    "TL502": "output-stored-with-graph",
+    "TL601": "tensor-not-moved-to-device",
+    "TL602": "tensor-created-without-device",
+    "TL701": "train-loader-without-shuffle",
+    "TL702": "argmax-without-dim",
+    "TL801": "detect-anomaly-left-on",
+}

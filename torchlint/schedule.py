@@ -1,0 +1,338 @@
+"""Linting a tree in dependency order, in a pool of worker processes.
+
+A module's results depend on what the modules it imports export (their function summaries and
+class facts).  Linting every file against an empty project and then again against the full
+one would parse a connected tree twice, so files are linted imported-first instead:
+
+* ``import_graph`` reads the import statements of each file with a regular expression (no
+  parse) and maps them to the tree's modules;
+* ``dependency_order`` is a depth-first post-order of that graph (imports before importers;
+  inside an import cycle, the first one reached first);
+* ``OrderedPool`` hands each idle worker the next file whose imports are all done (when none
+  is, it waits for the files being linted that the next one imports, or takes the next one in
+  an import cycle), together with the exports of every file finished since that worker last
+  heard.  Each worker keeps its own copy of the project, so a
+  file is linted against everything finished before it started.
+
+The graph is a guess (an import inside a string or an ``exec`` is missed); a file linted
+before something it asks about is caught by the engine's answer check and linted again, so a
+wrong guess costs time, never a wrong result.
+"""
+from __future__ import annotations
+
+import os
+import re
+from typing import Optional
+
+_IMPORT_RE = re.compile(
+    rb"^[ \t]*(?:from[ \t]+(\.*)[ \t]*([\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n#;]*)|import[ \t]+([^\n#;]+))",
+    re.M)
+
+
+def imported_names(data: bytes, module: str, is_package: bool) -> set:
+    """Absolute dotted names ``data`` imports (``from . import x`` gives ``pkg.x`` too)."""
+    out: set = set()
+    used: set = set()
+    if b"import" not in data:
+        return out
+    for m in _IMPORT_RE.finditer(data):
+        dots, base, names, plain = m.group(1), m.group(2), m.group(3), m.group(4)
+        if plain is not None:
+            for part in plain.decode("utf-8", "replace").split(","):
+                name = part.strip().split(" ")[0].strip("()\\ \t")
+                if name:
+                    out.add(name)
+                    if " as " not in part:  # ``import torch`` then ``torch.nn.functional.relu``
+                        used.add(name.split(".")[0])
+            continue
+        base = base.decode("utf-8", "replace")
+        if dots:
+            pkg = module.split(".") if is_package else module.split(".")[:-1]
+            up = len(dots) - 1
+            if up > len(pkg):
+                continue
+            pkg = pkg[:len(pkg) - up] if up else pkg
+            base = ".".join(pkg + ([base] if base else []))
+        if not base:
+            continue
+        out.add(base)
+        for part in names.decode("utf-8", "replace").strip("()").split(","):
+            name = part.strip().split(" ")[0].strip("()\\ \t\r\n")
+            if name and name != "*":
+                out.add(f"{base}.{name}")
+    for top in used:  # dotted uses of a plainly imported package name its submodules
+        pat = re.compile(rb"(?<![\w.])" + re.escape(top.encode()) + rb"(?:\.\w+)+")
+        out.update(m.group(0).decode("ascii", "replace") for m in pat.finditer(data))
+    return out
+
+
+def import_graph(files, project, read) -> list:
+    """For each file (by index), the indices of the tree files it imports."""
+    from .discover import module_name_for
+
+    index = {os.path.abspath(f): i for i, f in enumerate(files)}
+    by_key = {k: index.get(os.path.abspath(p)) for k, p in project.modules.items()}
+    deps = []
+    for i, f in enumerate(files):
+        got = set()
+        data = read(f) if f.endswith((".py", ".pyi")) else None
+        if data:
+            name, is_pkg = module_name_for(f)
+            ap = os.path.abspath(f)
+            key = project.key_of_path.get(ap)
+            root = project.roots.get(key) if key else None
+            here = os.path.dirname(ap)
+            for n in imported_names(data, name, is_pkg):
+                parts = n.split(".")
+                # the longest prefix that is a tree module: where a name resolves
+                for j in range(len(parts), 0, -1):
+                    k = project.module_key(".".join(parts[:j]), root, here)
+                    if k is not None:
+                        t = by_key.get(k)
+                        if t is not None and t != i:
+                            got.add(t)
+                        break
+        deps.append(sorted(got))
+    return deps
+
+
+def dependency_order(deps) -> list:
+    """Depth-first post-order of the import graph: a module's imports come before it."""
+    n = len(deps)
+    state = [0] * n  # 0 new, 1 on the stack, 2 done
+    order = []
+    for start in range(n):
+        if state[start]:
+            continue
+        stack = [(start, iter(deps[start]))]
+        state[start] = 1
+        while stack:
+            node, it = stack[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                stack.pop()
+                state[node] = 2
+                order.append(node)
+            elif state[nxt] == 0:
+                state[nxt] = 1
+                stack.append((nxt, iter(deps[nxt])))
+    return order
+
+
+# ---------------------------------------------------------------- the pool
+def exports_of(result) -> tuple:
+    """What a result contributes to the project (sent to the workers)."""
+    return (result.path, result.module, result.summaries, result.classes, result.reexports,
+            result.stars, result.called)
+
+
+class ProjectReplica:
+    """A worker's copy of the project, updated with each finished file's exports (a file
+    linted again replaces what it exported before)."""
+
+    def __init__(self, project):
+        self.project = project
+        self.by_file: dict = {}
+        self.counts: dict = {}
+
+    def apply(self, exports) -> None:
+        p = self.project
+        path, module, summaries, classes, reexports, stars, called = exports
+        old = self.by_file.get(path)
+        if old is not None:
+            _, omod, osum, ocls, oreex, ostars, ocalled = old
+            for k in osum:
+                p.summaries.pop(k, None)
+            for k in ocls:
+                p.classes.pop(k, None)
+            for k in oreex:
+                p.reexports.pop(k, None)
+            if ostars and omod:
+                p.stars.pop(omod, None)
+            for q, off in ocalled:
+                offs = self.counts.get(q)
+                if offs:
+                    offs.remove(off)
+                    if not offs:
+                        del self.counts[q]
+                        p.called.discard(q)
+        self.by_file[path] = exports
+        p.summaries.update(summaries)
+        p.classes.update(classes)
+        p.reexports.update(reexports)
+        if stars and module:
+            p.stars[module] = list(stars)
+        touched = set()
+        for q, off in called:
+            p.called.add(q)
+            self.counts.setdefault(q, []).append(off)
+            touched.add(q)
+        for q in touched | {q for q, _ in (old[6] if old else ())}:
+            offs = self.counts.get(q)
+            if offs and all(offs):
+                p.called_under_no_grad.add(q)
+            else:
+                p.called_under_no_grad.discard(q)
+
+
+def _worker_main(conn, project) -> None:
+    """A worker: lint the files it is sent against its replica of the project."""
+    from .engine import _answers, _worker
+
+    replica = ProjectReplica(project)
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return
+        if msg is None:
+            return
+        i, path, opts, delta = msg
+        for e in delta:
+            replica.apply(e)
+        r = _worker((path, opts, project))
+        r.answers = _answers(project, r.queries)
+        try:
+            conn.send((i, r))
+        except (OSError, ValueError):
+            return
+
+
+def fresh_project(files):
+    from .project import ProjectIndex
+
+    project = ProjectIndex.for_files(files)
+    project.called, project.called_under_no_grad = set(), set()
+    return project
+
+
+class InlinePool:
+    """The same interface in this process (``-j 1``, or too few files for a pool)."""
+
+    def __init__(self, files, base):
+        self.files, self.project = files, base
+        self.replica = ProjectReplica(base)
+
+    def publish(self, result) -> None:
+        self.replica.apply(exports_of(result))
+
+    def run(self, order, opts_for, deps=None, progress=None) -> dict:
+        from .engine import _answers, _worker
+
+        results = {}
+        for i in order:
+            r = _worker((self.files[i], opts_for(i), self.project))
+            r.answers = _answers(self.project, r.queries)
+            results[i] = r
+            self.publish(r)
+            if progress is not None:
+                progress(1)
+        return results
+
+    def close(self) -> None:
+        pass
+
+
+class OrderedPool:
+    """``jobs`` worker processes kept for the whole run (every round of the engine)."""
+
+    def __init__(self, files, jobs: int, base):
+        import multiprocessing as mp
+
+        methods = mp.get_all_start_methods()
+        ctx = mp.get_context("fork" if "fork" in methods else methods[0])
+        self.ctx, self.files, self.base, self.workers = ctx, files, base, []
+        self.log: list = []  # exports of finished files, in the order they finished
+        for _ in range(jobs):
+            self._start()
+
+    def _start(self):
+        parent, child = self.ctx.Pipe()
+        p = self.ctx.Process(target=_worker_main, args=(child, self.base), daemon=True)
+        p.start()
+        child.close()
+        self.workers.append({"proc": p, "conn": parent, "synced": 0, "task": None})
+
+    def publish(self, result) -> None:
+        self.log.append(exports_of(result))
+
+    def run(self, order, opts_for, deps=None, progress=None) -> dict:
+        """Lint the files of ``order`` (indices into ``files``); returns {index: result}."""
+        from multiprocessing.connection import wait
+
+        from .engine import FileResult, InternalErrorRule, display_path
+        from .findings import Finding, Span
+
+        waiting = {i: set(deps[i]) for i in order} if deps is not None else {}
+        pending = list(order)
+        done: set = set()
+        results: dict = {}
+
+        _WAIT = -1
+
+        def next_task() -> Optional[int]:
+            """The first file (in order) whose imports are all done. When none of the next
+            ones is, wait if what the next file lacks is being linted right now (linting it
+            first would mean parsing it again), else take it anyway (an import cycle)."""
+            if not pending:
+                return None
+            for n in range(min(len(pending), 64)):
+                if not (waiting.get(pending[n], done) - done):
+                    return pending.pop(n)
+            missing = waiting.get(pending[0], done) - done
+            running = {w["task"] for w in self.workers if w["task"] is not None}
+            if missing and missing <= running:
+                return _WAIT
+            return pending.pop(0)
+
+        def send(w) -> bool:
+            i = next_task()
+            if i is None or i == _WAIT:
+                return False
+            delta = self.log[w["synced"]:]
+            w["synced"] = len(self.log)
+            w["task"] = i
+            w["conn"].send((i, self.files[i], opts_for(i), delta))
+            return True
+
+        def feed() -> None:
+            for w in self.workers:
+                if w["task"] is None and not send(w):
+                    break
+
+        feed()
+        while any(w["task"] is not None for w in self.workers):
+            busy = {w["conn"]: w for w in self.workers if w["task"] is not None}
+            for conn in wait(list(busy)):
+                w = busy[conn]
+                try:
+                    i, r = conn.recv()
+                except (EOFError, OSError):  # the worker died (killed, out of memory)
+                    i = w["task"]
+                    r = FileResult(display_path(self.files[i]))
+                    r.internal_error = True
+                    r.findings.append(Finding("TL000", InternalErrorRule.name,
+                                              "internal error: the worker process linting this file died",
+                                              r.path, Span.of(1, 0, 1, 0)))
+                    self.workers.remove(w)
+                    self._start()
+                    w = self.workers[-1]
+                results[i] = r
+                done.add(i)
+                w["task"] = None
+                self.publish(r)
+                if progress is not None:
+                    progress(1)
+            feed()
+        return results
+
+    def close(self) -> None:
+        for w in self.workers:
+            try:
+                w["conn"].send(None)
+            except (OSError, ValueError):
+                pass
+        for w in self.workers:
+            w["proc"].join(timeout=5)
+            if w["proc"].is_alive():
+                w["proc"].kill()
