@@ -554,6 +554,18 @@ def test_cache_invalidates_dependents_when_an_imported_module_changes(tmp_path):
     assert [f"{f.code}:{f.line}" for f in broken[1].findings] == ["TL202:11"]
 
 
+def test_cache_relints_importers_of_a_deleted_module(tmp_path):
+    src = tmp_path / "src"
+    engine_py, main_py = write(src, {"engine.py": ENGINE.format(train_line="pass"), "main.py": MAIN})
+    first = run([engine_py, main_py], OPTS, cache=Cache(str(tmp_path / "cache")))
+    assert [f"{f.code}:{f.line}" for f in first[1].findings] == ["TL202:11"]
+    # the helper's module is gone: main.py is unchanged (cached) but what it imports is unknown now
+    os.remove(engine_py)
+    cache = Cache(str(tmp_path / "cache"))
+    after = run([main_py], OPTS, cache=cache)
+    assert after[0].findings == [] and cache.hits == 1
+
+
 def test_cache_invalidates_dependents_when_an_imported_model_class_changes(tmp_path):
     models = """
         import torch.nn as nn

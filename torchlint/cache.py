@@ -42,6 +42,7 @@ class Cache:
         self._seen: dict = {}  # abspath -> (mtime_ns, size, hash) as found by get()
         self._fps: dict = {}  # id(opts) -> (opts, fingerprint)
         self._full: Optional[dict] = None  # entry key -> result, from the last run's snapshot
+        self._full_paths = None  # the files of that run
 
     # ------------------------------------------------------------ directory
     @property
@@ -118,7 +119,7 @@ class Cache:
         try:
             fd, tmp = tempfile.mkstemp(dir=self._vdir, suffix=".tmp")
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump({"version": __version__, "files": idx}, fh)
+                fh.write(json.dumps({"version": __version__, "files": idx}))  # dumps: the C encoder
             os.replace(tmp, os.path.join(self._vdir, "index.json"))
             self._dirty = False
         except (OSError, TypeError, ValueError):
@@ -130,6 +131,14 @@ class Cache:
 
     # ------------------------------------------------------------ entries
     def _key(self, path: str, digest: str, opts) -> str:
+        memo = self.__dict__.setdefault("_keys", {})
+        k = (path, digest, id(opts))
+        got = memo.get(k)
+        if got is None:
+            got = memo[k] = self._make_key(path, digest, opts)
+        return got
+
+    def _make_key(self, path: str, digest: str, opts) -> str:
         h = hashlib.sha256()
         h.update(__version__.encode())
         fp = self._fps.get(id(opts))
@@ -154,6 +163,7 @@ class Cache:
         if key in snap:  # unchanged since the last run: no entry file to open
             try:
                 r = FileResult.from_json(snap[key])
+                r.from_last_run = True  # consistent with the other results of that run
                 self.hits += 1
                 return r
             except (ValueError, KeyError, TypeError, AttributeError):
@@ -199,7 +209,7 @@ class Cache:
             os.makedirs(os.path.dirname(f), exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=os.path.dirname(f), suffix=".tmp")
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump({"version": __version__, "result": result.to_json()}, fh)
+                fh.write(json.dumps({"version": __version__, "result": result.to_json()}))
             os.replace(tmp, f)
         except (OSError, TypeError, ValueError):
             if tmp is not None:
@@ -231,9 +241,18 @@ class Cache:
                         d = json.load(fh)
                     if isinstance(d, dict) and d.get("version") == __version__ and isinstance(d.get("results"), dict):
                         self._full = d["results"]
+                        self._full_paths = d.get("paths")
             except (OSError, ValueError, TypeError):
                 self._full = {}
         return self._full
+
+    def files_gone_since_last_run(self, files, opts) -> bool:
+        """Whether a file of the last run is no longer linted (its importers' answers change
+        although no file linted now is that module); ``True`` when unknown."""
+        self._full_snapshot(opts)
+        if not isinstance(self._full_paths, list):
+            return True
+        return bool(set(self._full_paths) - {os.path.abspath(f) for f in files})
 
     def _run_digest(self, files, opts) -> Optional[str]:
         h = hashlib.sha256()
@@ -290,7 +309,8 @@ class Cache:
                 d[k] = []
             lite.append(d)
         f = self._snapshot_file(opts)
-        self._write_json(f[:-len(".json")] + "-full.json", {"version": __version__, "results": full})
+        self._write_json(f[:-len(".json")] + "-full.json", {"version": __version__, "results": full,
+                                                           "paths": [os.path.abspath(p) for p in files]})
         self._write_json(f, {"version": __version__, "digest": digest, "results": lite})
 
     def _write_json(self, f: str, obj) -> None:
@@ -298,7 +318,7 @@ class Cache:
         try:
             fd, tmp = tempfile.mkstemp(dir=self._vdir, suffix=".tmp")
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump(obj, fh)
+                fh.write(json.dumps(obj))  # json.dump streams through the pure-Python encoder
             os.replace(tmp, f)
         except (OSError, TypeError, ValueError):
             if tmp is not None:

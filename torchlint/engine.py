@@ -314,12 +314,17 @@ def build_project_modules(files) -> dict:
     return ProjectIndex.for_files(files).modules
 
 
-def _answers(project: ProjectIndex, queries) -> str:
+def _answers(project: ProjectIndex, queries, memo: Optional[dict] = None) -> str:
     """A hash of the part of the project's answers a file's rules used (see
     ``model.project_answer``): function summaries by aspect (re-exports followed), class facts,
     method resolution, callers. Answers a file did not use do not make it linted again."""
     h = hashlib.sha256()
     for q in queries:
+        if memo is not None:
+            got = memo.get(q)
+            if got is not None:
+                h.update(got)
+                continue
         aspect, sep, rest = q.partition(":")
         if not sep:
             aspect, rest = "effects", q
@@ -339,7 +344,10 @@ def _answers(project: ProjectIndex, queries) -> str:
             key = project.resolve(rest)
             v = project_answer(aspect, project.summaries.get(key))
             v = [key, v] if v is not None else None  # where it resolves matters only if it does something
-        h.update(f"{q}={json.dumps(v, sort_keys=True)}".encode())
+        got = f"{q}={json.dumps(v, sort_keys=True)}".encode()
+        if memo is not None:
+            memo[q] = got
+        h.update(got)
     return h.hexdigest()[:16]
 
 
@@ -371,9 +379,13 @@ def _queried_unparsed(project: ProjectIndex, files, results) -> list:
     if not unparsed:
         return []
     out = set()
+    seen: set = set()  # many files ask the same questions
     for r in results:
         for q in r.queries if r is not None else ():
             q = q.rpartition(":")[2]  # the qualname, without its aspect
+            if q in seen:
+                continue
+            seen.add(q)
             parts = project.resolve(q).split(".")
             for n in range(len(parts) - 1, 0, -1):
                 i = unparsed.get(".".join(parts[:n]))
@@ -381,6 +393,22 @@ def _queried_unparsed(project: ProjectIndex, files, results) -> list:
                     out.add(i)
                     break
     return sorted(out)
+
+
+def _may_depend(queries, changed: set) -> bool:
+    """Whether a file's questions concern one of the ``changed`` module keys (a cached file
+    whose questions do not cannot get different answers)."""
+    for q in queries:
+        aspect, sep, rest = q.partition(":")
+        if sep and aspect == "called":
+            return True  # callers come from every module: recheck
+        name = rest if sep else q
+        head = name
+        while head:
+            if head in changed:
+                return True
+            head = head.rpartition(".")[0]
+    return False
 
 
 def _read_bytes(path: str) -> Optional[bytes]:
@@ -435,18 +463,22 @@ def run(files, opts: LintOptions, jobs: int = 1, cache=None, progress=None) -> l
     pool = None
     if jobs > 1 and len(todo) >= 4:
         try:
-            pool = OrderedPool(files, jobs, fresh_project(files))
+            pool = OrderedPool(files, jobs, fresh_project(files, project))
         except (OSError, RuntimeError, ImportError):  # no processes here: lint in this one
             pool = None
     if pool is None:
-        pool = InlinePool(files, fresh_project(files))
+        pool = InlinePool(files, fresh_project(files, project))
     relinted: set = set()
     try:
-        for r in results:
-            if r is not None:
-                pool.publish(r)
+        pool.publish_cached([r for r in results if r is not None])
         for i, r in pool.run(order, opts_for, deps, progress).items():
             results[i] = r
+        # results that may disagree with the others: linted now, or cached entries of
+        # different runs (those of the last run's snapshot agree with each other)
+        gone = cache is None or getattr(cache, "files_gone_since_last_run", None) is None \
+            or cache.files_gone_since_last_run(files, opts)
+        fresh = set(order) | {i for i, r in enumerate(results)
+                              if i not in todo_set and not getattr(r, "from_last_run", False)}
         # later passes: re-lint the files whose cross-module answers changed
         for _ in range(3):
             _merge(project, results)
@@ -457,13 +489,22 @@ def run(files, opts: LintOptions, jobs: int = 1, cache=None, progress=None) -> l
                 for i, r in pool.run(skipped, lambda i: full_opts).items():
                     r.parsed = True  # do not ask again, even if it still exports nothing
                     results[i] = r
+                    fresh.add(i)
                 _merge(project, results)
-            again = [i for i, r in enumerate(results) if r.queries and _answers(project, r.queries) != r.answers]
+            memo: dict = {}  # many files ask the same questions
+            # only files linted now can have changed what other modules see: a cached file is
+            # checked when its questions concern one of their modules (all of them, cold)
+            changed = {results[i].module for i in fresh if results[i].module}
+            check_all = len(changed) * 4 > len(files) or gone
+            again = [i for i, r in enumerate(results) if r.queries and (
+                check_all or i in fresh or _may_depend(r.queries, changed))
+                and _answers(project, r.queries, memo) != r.answers]
             if not again:
                 break
             for i, r in pool.run(again, lambda i: opts).items():
                 results[i] = r
                 relinted.add(i)
+                fresh.add(i)
     finally:
         pool.close()
     if cache is not None:

@@ -29,8 +29,13 @@ _IMPORT_RE = re.compile(
     re.M)
 
 
-def imported_names(data: bytes, module: str, is_package: bool) -> set:
-    """Absolute dotted names ``data`` imports (``from . import x`` gives ``pkg.x`` too)."""
+_CHASE_RE: dict = {}
+
+
+def imported_names(data: bytes, module: str, is_package: bool, chase=None) -> set:
+    """Absolute dotted names ``data`` imports (``from . import x`` gives ``pkg.x`` too).
+    After ``import pkg`` the dotted uses ``pkg.a.b`` are names too, for the top-level names
+    in ``chase`` (all when ``None``)."""
     out: set = set()
     used: set = set()
     if b"import" not in data:
@@ -60,8 +65,14 @@ def imported_names(data: bytes, module: str, is_package: bool) -> set:
             name = part.strip().split(" ")[0].strip("()\\ \t\r\n")
             if name and name != "*":
                 out.add(f"{base}.{name}")
-    for top in used:  # dotted uses of a plainly imported package name its submodules
-        pat = re.compile(rb"(?<![\w.])" + re.escape(top.encode()) + rb"(?:\.\w+)+")
+    if chase is not None:
+        used &= chase
+    if used:  # dotted uses of a plainly imported package name its submodules
+        key = tuple(sorted(used))
+        pat = _CHASE_RE.get(key)
+        if pat is None:
+            alts = b"|".join(re.escape(t.encode()) for t in key)
+            pat = _CHASE_RE[key] = re.compile(rb"(?<![\w.])(?:" + alts + rb")(?:\.\w+)+")
         out.update(m.group(0).decode("ascii", "replace") for m in pat.finditer(data))
     return out
 
@@ -71,6 +82,7 @@ def import_graph(files, project, read) -> list:
     from .discover import module_name_for
 
     index = {os.path.abspath(f): i for i, f in enumerate(files)}
+    tops = {k.split("@", 1)[0].split(".", 1)[0] for k in project.modules}  # the tree's packages
     by_key = {k: index.get(os.path.abspath(p)) for k, p in project.modules.items()}
     deps = []
     for i, f in enumerate(files):
@@ -82,7 +94,7 @@ def import_graph(files, project, read) -> list:
             key = project.key_of_path.get(ap)
             root = project.roots.get(key) if key else None
             here = os.path.dirname(ap)
-            for n in imported_names(data, name, is_pkg):
+            for n in imported_names(data, name, is_pkg, tops):
                 parts = n.split(".")
                 # the longest prefix that is a tree module: where a name resolves
                 for j in range(len(parts), 0, -1):
@@ -198,10 +210,16 @@ def _worker_main(conn, project) -> None:
             return
 
 
-def fresh_project(files):
+def fresh_project(files, like=None):
+    """An empty project for ``files`` (the module table of ``like`` when given: computing it
+    stats every folder up to its package root)."""
     from .project import ProjectIndex
 
-    project = ProjectIndex.for_files(files)
+    if like is None:
+        project = ProjectIndex.for_files(files)
+    else:
+        project = ProjectIndex(dict(like.modules))
+        project.roots, project.key_of_path, project.by_name = like.roots, like.key_of_path, like.by_name
     project.called, project.called_under_no_grad = set(), set()
     return project
 
@@ -215,6 +233,17 @@ class InlinePool:
 
     def publish(self, result) -> None:
         self.replica.apply(exports_of(result))
+
+    def publish_cached(self, results) -> None:
+        """The cached results, all at once (nothing to replace yet)."""
+        from .engine import _merge
+
+        _merge(self.project, results)
+        self.replica.counts = {}
+        for r in results:
+            self.replica.by_file[r.path] = exports_of(r)
+            for q, off in r.called:
+                self.replica.counts.setdefault(q, []).append(off)
 
     def run(self, order, opts_for, deps=None, progress=None) -> dict:
         from .engine import _answers, _worker
@@ -256,6 +285,10 @@ class OrderedPool:
     def publish(self, result) -> None:
         self.log.append(exports_of(result))
 
+    def publish_cached(self, results) -> None:
+        for r in results:
+            self.publish(r)
+
     def run(self, order, opts_for, deps=None, progress=None) -> dict:
         """Lint the files of ``order`` (indices into ``files``); returns {index: result}."""
         from multiprocessing.connection import wait
@@ -267,8 +300,18 @@ class OrderedPool:
         pending = list(order)
         done: set = set()
         results: dict = {}
-
         _WAIT = -1
+        sizes: dict = {}
+
+        def weight(i) -> int:
+            w = sizes.get(i)
+            if w is None:
+                try:
+                    w = os.path.getsize(self.files[i])
+                except OSError:
+                    w = 0
+                sizes[i] = w
+            return w
 
         def next_task() -> Optional[int]:
             """The first file (in order) whose imports are all done. When none of the next
@@ -276,9 +319,15 @@ class OrderedPool:
             first would mean parsing it again), else take it anyway (an import cycle)."""
             if not pending:
                 return None
+            best = None
             for n in range(min(len(pending), 64)):
                 if not (waiting.get(pending[n], done) - done):
-                    return pending.pop(n)
+                    # among the ready ones the largest first, so that no big file is left
+                    # for last while the other workers have nothing to do
+                    if best is None or weight(pending[n]) > weight(pending[best]):
+                        best = n
+            if best is not None:
+                return pending.pop(best)
             missing = waiting.get(pending[0], done) - done
             running = {w["task"] for w in self.workers if w["task"] is not None}
             if missing and missing <= running:
