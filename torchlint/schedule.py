@@ -189,9 +189,13 @@ class ProjectReplica:
 
 def _worker_main(conn, project) -> None:
     """A worker: lint the files it is sent against its replica of the project."""
-    from .engine import _answers, _worker
+    import gc
 
+    from .engine import _GC_THRESHOLD, GC_EVERY, _answers, _worker
+
+    gc.set_threshold(*_GC_THRESHOLD)
     replica = ProjectReplica(project)
+    n = 0
     while True:
         try:
             msg = conn.recv()
@@ -204,6 +208,9 @@ def _worker_main(conn, project) -> None:
             replica.apply(e)
         r = _worker((path, opts, project))
         r.answers = _answers(project, r.queries)
+        n += 1
+        if n % GC_EVERY == 0:
+            gc.collect()
         try:
             conn.send((i, r))
         except (OSError, ValueError):
@@ -248,8 +255,14 @@ class InlinePool:
     def run(self, order, opts_for, deps=None, progress=None) -> dict:
         from .engine import _answers, _worker
 
+        import gc
+
+        from .engine import GC_EVERY
+
         results = {}
-        for i in order:
+        for n, i in enumerate(order, 1):
+            if n % GC_EVERY == 0:
+                gc.collect()
             r = _worker((self.files[i], opts_for(i), self.project))
             r.answers = _answers(self.project, r.queries)
             results[i] = r
