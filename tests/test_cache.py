@@ -11,31 +11,10 @@ import pytest
 from torchlint.cache import Cache
 from torchlint.engine import LintOptions, run
 from torchlint.selection import enabled_codes
+from sample_projects import ENGINE as HELPERS  # written as helpers.py here
 
 OPTS = LintOptions(frozenset(enabled_codes(["TL"], [], [])))
 
-HELPERS = """
-    import torch
-    import torch.nn.functional as F
-
-
-    def train_one_epoch(model, loader, optimizer):
-        {train_line}
-        for x, y in loader:
-            optimizer.zero_grad()
-            loss = F.cross_entropy(model(x), y)
-            loss.backward()
-            optimizer.step()
-
-
-    @torch.no_grad()
-    def evaluate(model, loader):
-        model.eval()
-        correct = 0
-        for x, y in loader:
-            correct += (model(x).argmax(1) == y).sum().item()
-        return correct
-"""
 
 MAIN = """
     import torch

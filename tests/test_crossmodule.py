@@ -12,6 +12,7 @@ from torchlint.engine import LintOptions, run
 from torchlint.model import ExternalRef, ModuleModel, ProjectIndex
 from torchlint.model.ir import CALL, AssignOp, CallOp, walk
 from torchlint.selection import enabled_codes
+from sample_projects import ENGINE  # shared with tests/test_cache.py
 
 OPTS = LintOptions(frozenset(enabled_codes(["TL"], [], [])))
 
@@ -55,29 +56,6 @@ def model_of(paths, target):
     name, is_pkg = module_name_for(target)
     return ModuleModel(target, target, text, cst.parse_module(text), name, is_pkg, project)
 
-
-ENGINE = """
-    import torch
-    import torch.nn.functional as F
-
-
-    def train_one_epoch(model, loader, optimizer):
-        {train_line}
-        for x, y in loader:
-            optimizer.zero_grad()
-            loss = F.cross_entropy(model(x), y)
-            loss.backward()
-            optimizer.step()
-
-
-    @torch.no_grad()
-    def evaluate(model, loader):
-        model.eval()
-        correct = 0
-        for x, y in loader:
-            correct += (model(x).argmax(1) == y).sum().item()
-        return correct
-"""
 
 MAIN = """
     import torch

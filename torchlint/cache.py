@@ -67,20 +67,50 @@ class Cache:
             return False
         return True
 
+    # ------------------------------------------------------------ files of the cache
+    @staticmethod
+    def _read_json(f: str) -> Optional[dict]:
+        """A cache file's content, if it is ours (owned by this user), well-formed and of
+        this version; ``None`` otherwise."""
+        try:
+            st = os.stat(f)
+            if hasattr(os, "getuid") and st.st_uid != os.getuid():
+                return None
+            with open(f, encoding="utf-8") as fh:
+                d = json.load(fh)
+        except (OSError, ValueError):
+            return None
+        return d if isinstance(d, dict) and d.get("version") == __version__ else None
+
+    def _write_json(self, f: str, obj) -> bool:
+        """Write through a temporary file and ``os.replace``: readers never see half a file."""
+        tmp = None
+        try:
+            os.makedirs(os.path.dirname(f), exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(f), suffix=".tmp")
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(json.dumps(obj))  # json.dump streams through the pure-Python encoder
+            os.replace(tmp, f)
+            return True
+        except (OSError, TypeError, ValueError):
+            if tmp is not None:
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass
+            return False
+
+    def _fingerprint(self, opts) -> str:
+        fp = self._fps.get(id(opts))
+        if fp is None or fp[0] is not opts:
+            fp = self._fps[id(opts)] = (opts, opts.fingerprint())  # once per run, not per file
+        return fp[1]
+
     # ------------------------------------------------------------ stat index
     def _load_index(self) -> dict:
         if self._index is None:
-            self._index = {}
-            f = os.path.join(self._vdir, "index.json")
-            try:
-                st = os.stat(f)
-                if not hasattr(os, "getuid") or st.st_uid == os.getuid():
-                    with open(f, encoding="utf-8") as fh:
-                        d = json.load(fh)
-                    if isinstance(d, dict) and d.get("version") == __version__ and isinstance(d.get("files"), dict):
-                        self._index = d["files"]
-            except (OSError, ValueError, TypeError):
-                self._index = {}
+            d = self._read_json(os.path.join(self._vdir, "index.json"))
+            self._index = d["files"] if d is not None and isinstance(d.get("files"), dict) else {}
         return self._index
 
     def content_hash(self, path: str) -> Optional[str]:
@@ -115,19 +145,8 @@ class Cache:
             return
         # forget files that no longer exist, so the index does not grow without bound
         idx = {p: e for p, e in self._index.items() if os.path.exists(p)}
-        tmp = None
-        try:
-            fd, tmp = tempfile.mkstemp(dir=self._vdir, suffix=".tmp")
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(json.dumps({"version": __version__, "files": idx}))  # dumps: the C encoder
-            os.replace(tmp, os.path.join(self._vdir, "index.json"))
+        if self._write_json(os.path.join(self._vdir, "index.json"), {"version": __version__, "files": idx}):
             self._dirty = False
-        except (OSError, TypeError, ValueError):
-            if tmp is not None:
-                try:
-                    os.unlink(tmp)
-                except OSError:
-                    pass
 
     # ------------------------------------------------------------ entries
     def _key(self, path: str, digest: str, opts) -> str:
@@ -141,10 +160,7 @@ class Cache:
     def _make_key(self, path: str, digest: str, opts) -> str:
         h = hashlib.sha256()
         h.update(__version__.encode())
-        fp = self._fps.get(id(opts))
-        if fp is None or fp[0] is not opts:
-            fp = self._fps[id(opts)] = (opts, opts.fingerprint())  # once per run, not per file
-        h.update(fp[1].encode())
+        h.update(self._fingerprint(opts).encode())
         h.update(os.path.abspath(path).encode())
         h.update(digest.encode())
         return h.hexdigest()
@@ -168,19 +184,12 @@ class Cache:
                 return r
             except (ValueError, KeyError, TypeError, AttributeError):
                 pass
-        f = self._file(key)
+        d = self._read_json(self._file(key))
         try:
-            st = os.stat(f)
-            if hasattr(os, "getuid") and st.st_uid != os.getuid():
-                self.misses += 1
-                return None
-            with open(f, encoding="utf-8") as fh:
-                d = json.load(fh)
-            if d.get("version") != __version__:
-                self.misses += 1
-                return None
-            r = FileResult.from_json(d["result"])
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            r = FileResult.from_json(d["result"]) if d is not None else None
+        except (ValueError, KeyError, TypeError, AttributeError):
+            r = None
+        if r is None:
             self.misses += 1
             return None
         self.hits += 1
@@ -203,47 +212,24 @@ class Cache:
             digest = self.content_hash(ap)
             if digest is None:
                 return
-        f = self._file(self._key(path, digest, opts))
-        tmp = None
-        try:
-            os.makedirs(os.path.dirname(f), exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(f), suffix=".tmp")
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(json.dumps({"version": __version__, "result": result.to_json()}))
-            os.replace(tmp, f)
-        except (OSError, TypeError, ValueError):
-            if tmp is not None:
-                try:
-                    os.unlink(tmp)
-                except OSError:
-                    pass
+        self._write_json(self._file(self._key(path, digest, opts)),
+                         {"version": __version__, "result": result.to_json()})
 
     # ------------------------------------------------------------ snapshot of a whole run
     # A run where nothing changed (every file's entry key is the one of the last run, same
     # files, same order, same options) gets the last run's findings from one small file:
     # no entry is opened and no cross-module answer is checked, since that run ended with
     # every answer consistent.
-    def _snapshot_file(self, opts) -> str:
-        fp = self._fps.get(id(opts))
-        if fp is None or fp[0] is not opts:
-            fp = self._fps[id(opts)] = (opts, opts.fingerprint())
-        return os.path.join(self._vdir, f"run-{fp[1]}.json")
+    def _snapshot_file(self, opts, full: bool = False) -> str:
+        return os.path.join(self._vdir, f"run-{self._fingerprint(opts)}{'-full' if full else ''}.json")
 
     def _full_snapshot(self, opts) -> dict:
         """The last run's results by entry key (one file read instead of one per entry)."""
         if self._full is None:
-            self._full = {}
-            f = self._snapshot_file(opts)[:-len(".json")] + "-full.json"
-            try:
-                st = os.stat(f)
-                if not hasattr(os, "getuid") or st.st_uid == os.getuid():
-                    with open(f, encoding="utf-8") as fh:
-                        d = json.load(fh)
-                    if isinstance(d, dict) and d.get("version") == __version__ and isinstance(d.get("results"), dict):
-                        self._full = d["results"]
-                        self._full_paths = d.get("paths")
-            except (OSError, ValueError, TypeError):
-                self._full = {}
+            d = self._read_json(self._snapshot_file(opts, full=True))
+            ok = d is not None and isinstance(d.get("results"), dict)
+            self._full = d["results"] if ok else {}
+            self._full_paths = d.get("paths") if ok else None
         return self._full
 
     def files_gone_since_last_run(self, files, opts) -> bool:
@@ -266,22 +252,16 @@ class Cache:
 
     def get_run(self, files, opts) -> Optional[list]:
         """The results of the last run if it linted exactly these files, unchanged."""
-        f = self._snapshot_file(opts)
-        try:
-            st = os.stat(f)
-            if hasattr(os, "getuid") and st.st_uid != os.getuid():
-                return None
-        except OSError:
-            return None
-        digest = self._run_digest(files, opts)
-        if digest is None:
-            return None
         from .engine import FileResult
 
+        d = self._read_json(self._snapshot_file(opts))
+        if d is None:
+            return None
+        digest = self._run_digest(files, opts)
+        if digest is None or d.get("digest") != digest:
+            return None
         try:
-            with open(f, encoding="utf-8") as fh:
-                d = json.load(fh)
-            if d.get("version") != __version__ or d.get("digest") != digest or len(d["results"]) != len(files):
+            if len(d["results"]) != len(files):
                 return None
             out = [FileResult.from_json(r) for r in d["results"]]
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
@@ -308,21 +288,6 @@ class Cache:
             for k in ("queries", "called", "stars"):
                 d[k] = []
             lite.append(d)
-        f = self._snapshot_file(opts)
-        self._write_json(f[:-len(".json")] + "-full.json", {"version": __version__, "results": full,
-                                                           "paths": [os.path.abspath(p) for p in files]})
-        self._write_json(f, {"version": __version__, "digest": digest, "results": lite})
-
-    def _write_json(self, f: str, obj) -> None:
-        tmp = None
-        try:
-            fd, tmp = tempfile.mkstemp(dir=self._vdir, suffix=".tmp")
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(json.dumps(obj))  # json.dump streams through the pure-Python encoder
-            os.replace(tmp, f)
-        except (OSError, TypeError, ValueError):
-            if tmp is not None:
-                try:
-                    os.unlink(tmp)
-                except OSError:
-                    pass
+        self._write_json(self._snapshot_file(opts, full=True), {
+            "version": __version__, "results": full, "paths": [os.path.abspath(p) for p in files]})
+        self._write_json(self._snapshot_file(opts), {"version": __version__, "digest": digest, "results": lite})
