@@ -143,6 +143,31 @@ def test_change_in_imported_module_relints_its_dependents(tmp_path, tree, parses
     assert parses == []
 
 
+def test_edit_reads_only_the_exports_it_needs_and_keeps_the_others(tmp_path, tree, parses, monkeypatch):
+    from torchlint import cache as cache_mod
+
+    src, paths = tree
+    first = _found(run(paths, OPTS, cache=Cache(str(tmp_path / "c"))))
+    loads = []
+    real = cache_mod._Snapshot.load
+    monkeypatch.setattr(cache_mod._Snapshot, "load", lambda self, key: loads.append(key) or real(self, key))
+    with open(src / "lonely.py", "a") as fh:
+        fh.write("\n\ndef unused():\n    return 1\n")
+    results = run(paths, OPTS, cache=Cache(str(tmp_path / "c")))
+    assert _found(results) == first
+    # lonely.py asks nothing of the others: their exports are never parsed (only lonely.py's
+    # old entry, to take its calls out of the totals)
+    assert len(loads) <= 1
+    assert sum(r.is_lazy() for r in results) == len(paths) - 1
+    # the snapshot written by that run copied the unread exports as they were: a change in
+    # the helpers still reaches main.py through them
+    _write(src / "helpers.py", HELPERS.format(train_line="model.train()"))
+    del parses[:]
+    fixed = _found(run(paths, OPTS, cache=Cache(str(tmp_path / "c"))))
+    assert "main.py" not in fixed and fixed.get("lonely.py") == first["lonely.py"]
+    assert sorted("from helpers import" in s for s in parses) == [False, True]
+
+
 def test_corrupt_entries_and_index_are_ignored(tmp_path, tree, parses):
     src, paths = tree
     cdir = tmp_path / "c"

@@ -43,6 +43,7 @@ class Cache:
         self._fps: dict = {}  # id(opts) -> (opts, fingerprint)
         self._full: Optional[dict] = None  # entry key -> result, from the last run's snapshot
         self._full_paths = None  # the files of that run
+        self._store: Optional["_Snapshot"] = None  # their exports
 
     # ------------------------------------------------------------ directory
     @property
@@ -113,6 +114,15 @@ class Cache:
             self._index = d["files"] if d is not None and isinstance(d.get("files"), dict) else {}
         return self._index
 
+    def run_hash(self, path: str) -> Optional[str]:
+        """``content_hash``, once per path for one run (the run digest, the entries and the
+        snapshot all ask; ``put`` checks the file again before writing)."""
+        memo = self.__dict__.setdefault("_run_hashes", {})
+        h = memo.get(path)
+        if h is None:
+            h = memo[path] = self.content_hash(path)
+        return h
+
     def content_hash(self, path: str) -> Optional[str]:
         """The sha256 of ``path``'s bytes, from the index when its stat is unchanged."""
         ap = os.path.abspath(path)
@@ -171,14 +181,14 @@ class Cache:
     def get(self, path: str, opts):
         from .engine import FileResult
 
-        digest = self.content_hash(path)
+        digest = self.run_hash(path)
         if digest is None:
             return None
         key = self._key(path, digest, opts)
         snap = self._full_snapshot(opts)
         if key in snap:  # unchanged since the last run: no entry file to open
             try:
-                r = FileResult.from_json(snap[key])
+                r = FileResult.lazy(snap[key], _Pending(self._store, key))
                 r.from_last_run = True  # consistent with the other results of that run
                 self.hits += 1
                 return r
@@ -220,17 +230,32 @@ class Cache:
     # files, same order, same options) gets the last run's findings from one small file:
     # no entry is opened and no cross-module answer is checked, since that run ended with
     # every answer consistent.
-    def _snapshot_file(self, opts, full: bool = False) -> str:
-        return os.path.join(self._vdir, f"run-{self._fingerprint(opts)}{'-full' if full else ''}.json")
+    def _snapshot_file(self, opts, part: str = "") -> str:
+        return os.path.join(self._vdir, f"run-{self._fingerprint(opts)}{part}")
 
     def _full_snapshot(self, opts) -> dict:
-        """The last run's results by entry key (one file read instead of one per entry)."""
+        """The last run's results by entry key (one file read instead of one per entry); their
+        exports stay in one blob until something looks at them."""
         if self._full is None:
-            d = self._read_json(self._snapshot_file(opts, full=True))
-            ok = d is not None and isinstance(d.get("results"), dict)
-            self._full = d["results"] if ok else {}
-            self._full_paths = d.get("paths") if ok else None
+            self._full, self._full_paths, self._store = {}, None, None
+            d = self._read_json(self._snapshot_file(opts, "-index.json"))
+            blob = self._read_bytes(self._snapshot_file(opts, "-exports.bin")) if d is not None else None
+            token = d.get("token") if d is not None else None
+            if blob is not None and isinstance(token, str) and blob.startswith(token.encode()) and all(
+                    isinstance(d.get(k), dict) for k in ("results", "spans", "called")):
+                self._store = _Snapshot(memoryview(blob)[len(token):], d["spans"], d["called"])
+                self._full = d["results"]
+                self._full_paths = d.get("paths")
         return self._full
+
+    def _read_bytes(self, f: str) -> Optional[bytes]:
+        try:
+            if hasattr(os, "getuid") and os.stat(f).st_uid != os.getuid():
+                return None
+            with open(f, "rb") as fh:
+                return fh.read()
+        except OSError:
+            return None
 
     def files_gone_since_last_run(self, files, opts) -> bool:
         """Whether a file of the last run is no longer linted (its importers' answers change
@@ -243,7 +268,7 @@ class Cache:
     def _run_digest(self, files, opts) -> Optional[str]:
         h = hashlib.sha256()
         for f in files:
-            digest = self.content_hash(f)
+            digest = self.run_hash(f)
             if digest is None:
                 return None
             h.update(self._key(f, digest, opts).encode())
@@ -254,7 +279,7 @@ class Cache:
         """The results of the last run if it linted exactly these files, unchanged."""
         from .engine import FileResult
 
-        d = self._read_json(self._snapshot_file(opts))
+        d = self._read_json(self._snapshot_file(opts, ".json"))
         if d is None:
             return None
         digest = self._run_digest(files, opts)
@@ -271,23 +296,101 @@ class Cache:
 
     def put_run(self, files, opts, results) -> None:
         """Remember this run's findings for :meth:`get_run` (only when every result is
-        cacheable: an unreadable file or an internal error is retried next time)."""
+        cacheable: an unreadable file or an internal error is retried next time), and its
+        results for the next run where something changed: an index (findings, questions,
+        where each result's exports are) and one blob of exports, copied as they are for the
+        results that were not read."""
+        from .engine import called_counts
+
         if any(r is None or r.error or r.internal_error for r in results) or not self._ensure():
             return
         digest = self._run_digest(files, opts)
         if digest is None:
             return
-        lite, full = [], {}
+        token = os.urandom(16).hex()
+        blob = bytearray(token.encode())
+        lite, full, spans = [], {}, {}
         for f, r in zip(files, results):
-            d = r.to_json()
-            h = self.content_hash(f)
+            d = r.to_lite_json()
+            h = self.run_hash(f)
             if h is not None:
-                full[self._key(f, h, opts)] = dict(d)
-            for k in ("summaries", "classes", "reexports"):
-                d[k] = {}
-            for k in ("queries", "called", "stars"):
-                d[k] = []
-            lite.append(d)
-        self._write_json(self._snapshot_file(opts, full=True), {
-            "version": __version__, "results": full, "paths": [os.path.abspath(p) for p in files]})
-        self._write_json(self._snapshot_file(opts), {"version": __version__, "digest": digest, "results": lite})
+                key = self._key(f, h, opts)
+                full[key] = d
+                src = r.__dict__.get("_lazy") if r.is_lazy() else None
+                raw = bytes(src.store.raw(src.key)) if src is not None else json.dumps(r.exports()).encode()
+                spans[key] = [len(blob) - len(token), len(raw)]
+                blob += raw
+            lite.append(dict(d, summaries={}, classes={}, reexports={}, called=[], stars=[], queries=[]))
+        called = called_counts(results)
+        # the blob first: an index is never paired with another run's blob (the token)
+        if self._write_bytes(self._snapshot_file(opts, "-exports.bin"), bytes(blob)):
+            self._write_json(self._snapshot_file(opts, "-index.json"), {
+                "version": __version__, "results": full, "spans": spans, "called": called, "token": token,
+                "paths": [os.path.abspath(p) for p in files]})
+        self._write_json(self._snapshot_file(opts, ".json"),
+                         {"version": __version__, "digest": digest, "results": lite})
+
+    def _write_bytes(self, f: str, data: bytes) -> bool:
+        tmp = None
+        try:
+            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(f), suffix=".tmp")
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+            os.replace(tmp, f)
+            return True
+        except OSError:
+            if tmp is not None:
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass
+            return False
+
+
+class _Snapshot:
+    """The exports of the last run's results: one blob, each result's part parsed when read."""
+
+    def __init__(self, blob, spans: dict, called: dict):
+        self.blob, self.spans, self.called = blob, spans, called
+
+    def raw(self, key: str):
+        off, n = self.spans[key]
+        return self.blob[off:off + n]
+
+    def load(self, key: str) -> dict:
+        try:
+            d = json.loads(bytes(self.raw(key)))
+        except (KeyError, ValueError, TypeError):
+            d = None
+        return d if isinstance(d, dict) else {}
+
+    def called_counts(self, keys) -> dict:
+        """The calls-from-other-modules counts of the results ``keys`` (the snapshot's totals
+        less those of its results that are not among them)."""
+        keys = frozenset(keys)
+        memo = self.__dict__.setdefault("_memo", {})
+        if keys in memo:
+            return memo[keys]
+        total = {q: list(c) for q, c in self.called.items()}
+        for k in self.spans:
+            if k not in keys:
+                for q, off in self.load(k).get("called", ()):
+                    c = total.get(q)
+                    if c:
+                        c[0] -= 1
+                        c[1] -= bool(off)
+        memo.clear()
+        got = memo[keys] = {q: c for q, c in total.items() if c[0] > 0}
+        return got  # shared: callers copy the counts
+
+
+class _Pending:
+    """Where a lazy result's exports are."""
+
+    __slots__ = ("store", "key")
+
+    def __init__(self, store: _Snapshot, key: str):
+        self.store, self.key = store, key
+
+    def load(self) -> dict:
+        return self.store.load(self.key)

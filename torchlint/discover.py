@@ -191,10 +191,29 @@ def module_name_for(path: str) -> tuple[str, bool]:
     d, base = os.path.split(path)
     stem = base.rsplit(".", 1)[0]
     is_pkg = stem == "__init__"
-    parts = [] if is_pkg else [stem]
-    while os.path.isfile(os.path.join(d, "__init__.py")):
-        d, name = os.path.split(d)
-        parts.append(name)
-        if not name:
-            break
-    return ".".join(reversed(parts)), is_pkg
+    pkg = _package_of(d)
+    if is_pkg:
+        return pkg, True
+    return f"{pkg}.{stem}" if pkg else stem, False
+
+
+_PACKAGES: dict = {}  # folder -> its dotted package name ("" outside packages), for one run
+
+
+def forget_packages() -> None:
+    _PACKAGES.clear()
+
+
+def _package_of(d: str) -> str:
+    got = _PACKAGES.get(d)
+    if got is None:
+        parent, name = os.path.split(d)
+        if name and os.path.isfile(os.path.join(d, "__init__.py")):
+            up = _package_of(parent)
+            got = f"{up}.{name}" if up else name
+        else:
+            got = ""
+        if len(_PACKAGES) > 50_000:  # a long-lived process (the language server)
+            _PACKAGES.clear()
+        _PACKAGES[d] = got
+    return got

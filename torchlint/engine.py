@@ -51,6 +51,46 @@ class FileResult:
             "module": self.module, "parsed": self.parsed,
         }
 
+    def to_lite_json(self) -> dict:
+        """``to_json`` without the exports (and without reading them)."""
+        return {"path": self.path, "findings": [f.to_dict() for f in self.findings], "queries": self.queries,
+                "error": self.error, "internal_error": self.internal_error, "answers": self.answers,
+                "module": self.module, "parsed": self.parsed}
+
+    # What a file exports to the project. A result of the last run's snapshot reads them only
+    # when something looks at them (``lazy``): a run where one file changed parses the exports
+    # of the modules it asks about, not those of the whole tree.
+    EXPORTS = ("summaries", "classes", "called", "reexports", "stars")
+
+    def exports(self) -> dict:
+        return {k: getattr(self, k) for k in self.EXPORTS}
+
+    @classmethod
+    def lazy(cls, d: dict, source) -> "FileResult":
+        """A result whose exports ``source.load()`` gives on first access (``d`` without them)."""
+        r = cls.from_json(dict(d, summaries={}, classes={}, called=[]))
+        for k in cls.EXPORTS:
+            del r.__dict__[k]
+        r.__dict__["_lazy"] = source
+        return r
+
+    def is_lazy(self) -> bool:
+        """Its exports have not been read yet."""
+        return "summaries" not in self.__dict__
+
+    def __getattr__(self, name):  # only for attributes not set: the exports of a lazy result
+        source = self.__dict__.get("_lazy")
+        if source is None or name not in FileResult.EXPORTS:
+            raise AttributeError(name)
+        d = source.load()
+        for k in FileResult.EXPORTS:
+            self.__dict__[k] = d.get(k) or ([] if k in ("called", "stars") else {})
+        return self.__dict__[name]
+
+    def __getstate__(self):
+        self.exports()  # read what is pending; the source stays in this process
+        return {k: v for k, v in self.__dict__.items() if k != "_lazy"}
+
     @classmethod
     def from_json(cls, d: dict) -> "FileResult":
         r = cls(d["path"])
@@ -352,35 +392,59 @@ def _answers(project: ProjectIndex, queries, memo: Optional[dict] = None) -> str
 
 
 def _merge(project: ProjectIndex, results) -> None:
-    project.summaries.clear()
-    project.classes.clear()
-    project.reexports.clear()
-    project.stars.clear()
-    project.called.clear()
-    project.called_under_no_grad = set()
-    counts: dict = {}
+    """The project's exports from ``results``; a cached result not read yet stays pending
+    (read when a name of its module is looked up)."""
+    project.clear_exports()
+    counts = called_counts(results)
+    project.called = set(counts)
+    project.called_under_no_grad = {q for q, (n, under) in counts.items() if n and under == n}
     for r in results:
-        project.summaries.update(r.summaries)
-        project.classes.update(r.classes)
-        project.reexports.update(r.reexports)
-        if r.stars and r.module:
-            project.stars[r.module] = list(r.stars)
+        if r.is_lazy() and (not r.module or project.defer(r)):
+            continue  # read when a name of its module is looked up (a file not parsed has none)
+        project.add_exports(r.module, r.summaries, r.classes, r.reexports, r.stars)
+
+
+def called_counts(results) -> dict:
+    """qualname -> [calls from other modules, how many of them under ``no_grad``]. Cached
+    results not read yet count through their snapshot's totals."""
+    counts: dict = {}
+    lazy: dict = {}
+    for r in results:
+        src = r.__dict__.get("_lazy")
+        if src is not None:  # read or not, its calls are the snapshot's
+            lazy.setdefault(id(src.store), []).append(src)
+            continue
         for q, off in r.called:
-            project.called.add(q)
-            counts.setdefault(q, []).append(off)
-    project.called_under_no_grad = {q for q, offs in counts.items() if offs and all(offs)}
+            c = counts.get(q)
+            if c is None:
+                c = counts[q] = [0, 0]
+            c[0] += 1
+            c[1] += bool(off)
+    for group in lazy.values():
+        for q, (n, under) in group[0].store.called_counts([src.key for src in group]).items():
+            c = counts.get(q)
+            if c is None:
+                c = counts[q] = [0, 0]
+            c[0] += n
+            c[1] += under
+    return counts
 
 
-def _queried_unparsed(project: ProjectIndex, files, results) -> list:
-    """Indices of files not parsed (prefiltered) whose module another file asked about."""
+def _queried_unparsed(project: ProjectIndex, files, results, fresh=None) -> list:
+    """Indices of files not parsed (prefiltered) whose module another file asked about (a
+    question of a ``fresh`` file, or any question about a fresh file; the others were
+    answered in the run they come from)."""
     unparsed = {project.key_of_path.get(os.path.abspath(files[i])): i for i, r in enumerate(results)
                 if r is not None and not r.parsed and not r.error and files[i].endswith((".py", ".pyi"))}
     unparsed.pop(None, None)
     if not unparsed:
         return []
+    askers = results
+    if fresh is not None and not any(i in fresh for i in unparsed.values()):
+        askers = [results[i] for i in sorted(fresh)]
     out = set()
     seen: set = set()  # many files ask the same questions
-    for r in results:
+    for r in askers:
         for q in r.queries if r is not None else ():
             q = q.rpartition(":")[2]  # the qualname, without its aspect
             if q in seen:
@@ -398,6 +462,17 @@ def _queried_unparsed(project: ProjectIndex, files, results) -> list:
 def _may_depend(queries, changed: set) -> bool:
     """Whether a file's questions concern one of the ``changed`` module keys (a cached file
     whose questions do not cannot get different answers)."""
+    if len(changed) <= 4:  # a few edited files: prefix tests instead of walking each name
+        dotted = tuple(c + "." for c in changed)
+        for q in queries:
+            aspect, sep, name = q.partition(":")
+            if not sep:
+                name = q
+            elif aspect == "called":
+                return True
+            if name in changed or name.startswith(dotted):
+                return True
+        return False
     for q in queries:
         aspect, sep, rest = q.partition(":")
         if sep and aspect == "called":
@@ -428,6 +503,9 @@ def run(files, opts: LintOptions, jobs: int = 1, cache=None, progress=None) -> l
     for each file of the first pass."""
     import gc
 
+    from .discover import forget_packages
+
+    forget_packages()  # folders may have gained or lost an __init__.py since the last run
     threshold = gc.get_threshold()
     gc.set_threshold(*_GC_THRESHOLD)
     try:
@@ -489,7 +567,10 @@ def _run(files, opts: LintOptions, jobs: int, cache, progress) -> list:
     relinted: set = set()
     try:
         pool.publish_cached([r for r in results if r is not None])
-        for i, r in pool.run(order, opts_for, deps, progress).items():
+        # the pool waits only for imports placed before a file (the rest are import cycles)
+        pos = {i: n for n, i in enumerate(order)}
+        before = [[d for d in ds if d in pos and pos[d] < pos.get(i, -1)] for i, ds in enumerate(deps)]
+        for i, r in pool.run(order, opts_for, before, progress).items():
             results[i] = r
         # results that may disagree with the others: linted now, or cached entries of
         # different runs (those of the last run's snapshot agree with each other)
@@ -502,7 +583,7 @@ def _run(files, opts: LintOptions, jobs: int, cache, progress) -> list:
             _merge(project, results)
             # a module other modules ask about but the prefilter skipped (a helper with no
             # trigger words, e.g. one that only unpacks batches) is linted in full for its exports
-            skipped = _queried_unparsed(project, files, results)
+            skipped = _queried_unparsed(project, files, results, fresh)
             if skipped:
                 for i, r in pool.run(skipped, lambda i: full_opts).items():
                     r.parsed = True  # do not ask again, even if it still exports nothing

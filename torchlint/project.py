@@ -42,6 +42,33 @@ def project_answer(aspect: str, summary: Optional[dict]):
     return d if summary_has_effects(d) else None
 
 
+class _Exports(dict):
+    """One of the project's maps of exported names (summaries, classes, re-exports, stars).
+    A lookup first reads the pending exports of the modules that could hold the name (a
+    cached result not read yet: see ``ProjectIndex.pending``)."""
+
+    __slots__ = ("_project",)
+
+    def __init__(self, project, data=None):
+        super().__init__(data or {})
+        self._project = project
+
+    def get(self, key, default=None):
+        if self._project.pending:
+            self._project.load_pending(key)
+        return dict.get(self, key, default)
+
+    def __contains__(self, key):
+        if self._project.pending:
+            self._project.load_pending(key)
+        return dict.__contains__(self, key)
+
+    def __getitem__(self, key):
+        if self._project.pending:
+            self._project.load_pending(key)
+        return dict.__getitem__(self, key)
+
+
 class ProjectIndex:
     """What the engine knows about the other modules of the linted tree.
 
@@ -62,10 +89,13 @@ class ProjectIndex:
         self.called: set = set()
         self.called_under_no_grad: set = set()
         self.modules = modules or {}
-        self.summaries = summaries or {}
-        self.classes = classes or {}
-        self.reexports = reexports or {}
-        self.stars: dict = {}
+        self.summaries = _Exports(self, summaries)
+        self.classes = _Exports(self, classes)
+        self.reexports = _Exports(self, reexports)
+        self.stars: dict = _Exports(self)
+        # module key -> a cached result whose exports are read on the first lookup of a name
+        # of that module (a run where a few files changed does not read the whole tree's)
+        self.pending: dict = {}
         self.by_name: dict = {}  # dotted module name -> [keys]
         self.roots: dict = {}  # key -> import root directory
         self.key_of_path: dict = {}  # absolute path -> key
@@ -108,6 +138,37 @@ class ProjectIndex:
             if key not in keys:
                 keys.append(key)
         return p
+
+    def clear_exports(self) -> None:
+        for m in (self.summaries, self.classes, self.reexports, self.stars):
+            dict.clear(m)
+        self.pending = {}
+
+    def add_exports(self, module: str, summaries, classes, reexports, stars) -> None:
+        dict.update(self.summaries, summaries)
+        dict.update(self.classes, classes)
+        dict.update(self.reexports, reexports)
+        if stars and module:
+            dict.__setitem__(self.stars, module, list(stars))
+
+    def defer(self, result) -> bool:
+        """Read ``result``'s exports when a name of its module is first looked up (``False``:
+        it cannot wait, read them now)."""
+        if not result.module or result.module in self.pending:
+            return False
+        self.pending[result.module] = result
+        return True
+
+    def load_pending(self, name) -> None:
+        """Read the pending exports of every module that is ``name`` or a prefix of it."""
+        if not isinstance(name, str):
+            return
+        head = name
+        while head:
+            r = self.pending.pop(head, None)
+            if r is not None:
+                self.add_exports(r.module, r.summaries, r.classes, r.reexports, r.stars)
+            head = head.rpartition(".")[0]
 
     def key_for(self, path: str, name: str) -> str:
         import os

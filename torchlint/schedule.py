@@ -6,8 +6,9 @@ one would parse a connected tree twice, so files are linted imported-first inste
 
 * ``import_graph`` reads the import statements of each file with a regular expression (no
   parse) and maps them to the tree's modules;
-* ``dependency_order`` is a depth-first post-order of that graph (imports before importers;
-  inside an import cycle, the first one reached first);
+* ``dependency_order`` puts imports before importers: the import cycles (strongly connected
+  components) in topological order, each ordered so that as few of its files as possible
+  are linted before a file they import;
 * ``OrderedPool`` hands each idle worker the next file whose imports are all done (when none
   is, it waits for the files being linted that the next one imports, or takes the next one in
   an import cycle), together with the exports of every file finished since that worker last
@@ -78,23 +79,37 @@ def imported_names(data: bytes, module: str, is_package: bool, chase=None) -> se
 
 
 def import_graph(files, project, read) -> list:
-    """For each file (by index), the indices of the tree files it imports."""
+    """For each file (by index), the indices of the tree files it imports. A name a package
+    ``__init__`` re-exports (``from .graph_module import GraphModule``) also points at the
+    module that defines it: that is the file whose exports the importer will ask about."""
     from .discover import module_name_for
 
     index = {os.path.abspath(f): i for i, f in enumerate(files)}
     tops = {k.split("@", 1)[0].split(".", 1)[0] for k in project.modules}  # the tree's packages
     by_key = {k: index.get(os.path.abspath(p)) for k, p in project.modules.items()}
-    deps = []
+    seen: list = []  # per file: (names it imports, import root, folder)
+    reexported: dict = {}  # "pkg.name" -> index of the module of pkg that defines it
     for i, f in enumerate(files):
-        got = set()
         data = read(f) if f.endswith((".py", ".pyi")) else None
-        if data:
-            name, is_pkg = module_name_for(f)
-            ap = os.path.abspath(f)
-            key = project.key_of_path.get(ap)
-            root = project.roots.get(key) if key else None
-            here = os.path.dirname(ap)
-            for n in imported_names(data, name, is_pkg, tops):
+        if not data:
+            seen.append(None)
+            continue
+        name, is_pkg = module_name_for(f)
+        ap = os.path.abspath(f)
+        key = project.key_of_path.get(ap)
+        names = imported_names(data, name, is_pkg, tops)
+        seen.append((names, project.roots.get(key) if key else None, os.path.dirname(ap)))
+        if is_pkg:
+            for n in names:
+                mod, _, attr = n.rpartition(".")
+                if mod.startswith(name + ".") and by_key.get(mod) is not None and n not in by_key:
+                    reexported.setdefault(f"{name}.{attr}", by_key[mod])
+    deps = []
+    for i, got_names in enumerate(seen):
+        got = set()
+        if got_names is not None:
+            names, root, here = got_names
+            for n in names:
                 parts = n.split(".")
                 # the longest prefix that is a tree module: where a name resolves
                 for j in range(len(parts), 0, -1):
@@ -104,31 +119,123 @@ def import_graph(files, project, read) -> list:
                         if t is not None and t != i:
                             got.add(t)
                         break
+                t = reexported.get(n)
+                if t is not None and t != i:
+                    got.add(t)
         deps.append(sorted(got))
     return deps
 
 
 def dependency_order(deps) -> list:
-    """Depth-first post-order of the import graph: a module's imports come before it."""
-    n = len(deps)
-    state = [0] * n  # 0 new, 1 on the stack, 2 done
-    order = []
-    for start in range(n):
-        if state[start]:
-            continue
-        stack = [(start, iter(deps[start]))]
-        state[start] = 1
-        while stack:
-            node, it = stack[-1]
-            nxt = next(it, None)
-            if nxt is None:
-                stack.pop()
-                state[node] = 2
-                order.append(node)
-            elif state[nxt] == 0:
-                state[nxt] = 1
-                stack.append((nxt, iter(deps[nxt])))
+    """Imports before importers: the strongly connected components of the import graph in
+    topological order (Tarjan), and inside each import cycle the order that leaves the fewest
+    imports linted after their importer (the Eades-Lin-Smyth greedy heuristic: a file none
+    of the rest imports goes last, one that imports none of the rest goes first, otherwise the
+    one imported most and importing least)."""
+    order: list = []
+    for comp in strongly_connected(deps):
+        order.extend(comp if len(comp) == 1 else _order_cycle(comp, deps))
     return order
+
+
+def strongly_connected(deps) -> list:
+    """Tarjan's components of ``deps`` (iteratively), each after the components it imports."""
+    n = len(deps)
+    index = [-1] * n
+    low = [0] * n
+    on_stack = [False] * n
+    stack: list = []
+    comps: list = []
+    counter = 0
+    for start in range(n):
+        if index[start] >= 0:
+            continue
+        work = [(start, 0)]
+        while work:
+            v, k = work.pop()
+            if k == 0:
+                index[v] = low[v] = counter
+                counter += 1
+                stack.append(v)
+                on_stack[v] = True
+            edges = deps[v]
+            while k < len(edges):
+                w = edges[k]
+                k += 1
+                if index[w] < 0:
+                    work.append((v, k))
+                    work.append((w, 0))
+                    break
+                if on_stack[w] and index[w] < low[v]:
+                    low[v] = index[w]
+            else:
+                if low[v] == index[v]:
+                    comp = []
+                    while True:
+                        w = stack.pop()
+                        on_stack[w] = False
+                        comp.append(w)
+                        if w == v:
+                            break
+                    comps.append(sorted(comp))
+                if work:
+                    u = work[-1][0]
+                    if low[v] < low[u]:
+                        low[u] = low[v]
+    return comps
+
+
+def _order_cycle(comp, deps) -> list:
+    import heapq
+
+    alive = set(comp)
+    out = {v: {d for d in deps[v] if d in alive and d != v} for v in comp}
+    inn: dict = {v: set() for v in comp}
+    for v in comp:
+        for d in out[v]:
+            inn[d].add(v)
+    n_out = {v: len(out[v]) for v in comp}
+    n_in = {v: len(inn[v]) for v in comp}
+    first: list = []
+    last: list = []
+    heap = [(n_out[v] - n_in[v], v) for v in comp]
+    heapq.heapify(heap)
+    sinks = [v for v in comp if not n_out[v]]
+    sources = [v for v in comp if not n_in[v]]
+
+    def remove(v) -> None:
+        alive.discard(v)
+        for d in out[v]:
+            if d in alive:
+                n_in[d] -= 1
+                if not n_in[d]:
+                    sources.append(d)
+                heapq.heappush(heap, (n_out[d] - n_in[d], d))
+        for u in inn[v]:
+            if u in alive:
+                n_out[u] -= 1
+                if not n_out[u]:
+                    sinks.append(u)
+                heapq.heappush(heap, (n_out[u] - n_in[u], u))
+
+    while alive:
+        if sinks:
+            v = sinks.pop()
+            if v in alive:
+                first.append(v)
+                remove(v)
+            continue
+        if sources:
+            v = sources.pop()
+            if v in alive:
+                last.append(v)
+                remove(v)
+            continue
+        delta, v = heapq.heappop(heap)
+        if v in alive and delta == n_out[v] - n_in[v]:
+            first.append(v)
+            remove(v)
+    return first + last[::-1]
 
 
 # ---------------------------------------------------------------- the pool
@@ -151,8 +258,12 @@ class ProjectReplica:
         p = self.project
         path, module, summaries, classes, reexports, stars, called = exports
         old = self.by_file.get(path)
+        if old is not None and not isinstance(old, tuple):
+            old = exports_of(old)  # a cached result: read what it exported
+        touched = set()
         if old is not None:
             _, omod, osum, ocls, oreex, ostars, ocalled = old
+            p.pending.pop(omod, None)
             for k in osum:
                 p.summaries.pop(k, None)
             for k in ocls:
@@ -162,26 +273,29 @@ class ProjectReplica:
             if ostars and omod:
                 p.stars.pop(omod, None)
             for q, off in ocalled:
-                offs = self.counts.get(q)
-                if offs:
-                    offs.remove(off)
-                    if not offs:
-                        del self.counts[q]
-                        p.called.discard(q)
+                c = self.counts.get(q)
+                if c:
+                    c[0] -= 1
+                    c[1] -= bool(off)
+                    touched.add(q)
         self.by_file[path] = exports
-        p.summaries.update(summaries)
-        p.classes.update(classes)
-        p.reexports.update(reexports)
-        if stars and module:
-            p.stars[module] = list(stars)
-        touched = set()
+        p.pending.pop(module, None)
+        p.add_exports(module, summaries, classes, reexports, stars)
         for q, off in called:
-            p.called.add(q)
-            self.counts.setdefault(q, []).append(off)
+            c = self.counts.get(q)
+            if c is None:
+                c = self.counts[q] = [0, 0]
+            c[0] += 1
+            c[1] += bool(off)
             touched.add(q)
-        for q in touched | {q for q, _ in (old[6] if old else ())}:
-            offs = self.counts.get(q)
-            if offs and all(offs):
+        for q in touched:
+            n, under = self.counts.get(q) or (0, 0)
+            if n:
+                p.called.add(q)
+            else:
+                self.counts.pop(q, None)
+                p.called.discard(q)
+            if n and under == n:
                 p.called_under_no_grad.add(q)
             else:
                 p.called_under_no_grad.discard(q)
@@ -243,14 +357,12 @@ class InlinePool:
 
     def publish_cached(self, results) -> None:
         """The cached results, all at once (nothing to replace yet)."""
-        from .engine import _merge
+        from .engine import _merge, called_counts
 
         _merge(self.project, results)
-        self.replica.counts = {}
-        for r in results:
-            self.replica.by_file[r.path] = exports_of(r)
-            for q, off in r.called:
-                self.replica.counts.setdefault(q, []).append(off)
+        self.replica.counts = called_counts(results)
+        for r in results:  # a cached result is read only if a later result replaces it
+            self.replica.by_file[r.path] = r if r.is_lazy() else exports_of(r)
 
     def run(self, order, opts_for, deps=None, progress=None) -> dict:
         from .engine import _answers, _worker
