@@ -796,27 +796,6 @@ class Resources:
                             out.extend(self.loader_sites(callee, param, depth + 1, seen))
         return out
 
-    def _iterated_or_passed(self, fn) -> set:
-        """The dotted names ``loader_sites`` can find a site for in ``fn`` and its nested
-        functions (the scopes of a parameter): loop iterables (inside ``zip``), ``iter()``
-        and ``next()`` arguments, arguments of calls of functions."""
-        out: set = set()
-        for f in [fn] + list(fn.nested):
-            for defs in self.assigns(f).values():
-                for _op, v, _idx in defs:
-                    if isinstance(v, cst.Call) and v.args and dotted(v.func) == "iter":
-                        out.add(dotted(v.args[0].value))
-            for o in all_ops(f):
-                if isinstance(o, LoopOp) and not o.is_while and o.iter is not None:
-                    it = strip_iter_wrappers(o.iter)
-                    targets = [it]
-                    if isinstance(it, cst.Call) and dotted(it.func) == "zip":
-                        targets = [strip_iter_wrappers(a.value) for a in it.args]
-                    out.update(dotted(t) for t in targets if isinstance(t, (cst.Name, cst.Attribute)))
-                elif isinstance(o, CallOp) and (o.func == "next" or o.kind == CALL):
-                    out.update(dotted(a.value) for a in o.args)
-        return out
-
     @staticmethod
     def _param_for(params, op, i, a) -> Optional[str]:
         if a.keyword is not None:
@@ -850,12 +829,9 @@ class Resources:
     def trains_on_params(self, fn) -> tuple:
         """(params iterated in a loop that trains, params iterated only in evaluation loops)."""
         tr, ev = set(), set()
-        used = None if fn.is_module_level else self._iterated_or_passed(fn)
         for p in fn.params:
             if p.startswith("*") or p in ("self", "cls"):
                 continue
-            if used is not None and p not in used:
-                continue  # never iterated, wrapped in iter() or passed on: no loader site
             if self.mm.resolver.of_path(fn, p)[0] not in (None, catalog.LOADER):
                 continue
             for f, site in self.loader_sites(fn, p):
