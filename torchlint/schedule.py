@@ -397,6 +397,8 @@ class OrderedPool:
         ctx = mp.get_context("fork" if "fork" in methods else methods[0])
         self.ctx, self.files, self.base, self.workers = ctx, files, base, []
         self.log: list = []  # exports of finished files, in the order they finished
+        at = {os.path.abspath(f): i for i, f in enumerate(files)}
+        self._index_of_module = {k: at[p] for p, k in base.key_of_path.items() if p in at}
         for _ in range(jobs):
             self._start()
 
@@ -409,6 +411,16 @@ class OrderedPool:
 
     def publish(self, result) -> None:
         self.log.append(exports_of(result))
+
+    def _file_of(self, name: str):
+        """The index of the tree file whose module holds ``name`` (its longest module prefix)."""
+        head = name
+        while head:
+            i = self._index_of_module.get(head)
+            if i is not None:
+                return i
+            head = head.rpartition(".")[0]
+        return None
 
     def publish_cached(self, results) -> None:
         for r in results:
@@ -423,6 +435,7 @@ class OrderedPool:
 
         waiting = {i: set(deps[i]) for i in order} if deps is not None else {}
         pending = list(order)
+        pending_set = set(order)
         done: set = set()
         results: dict = {}
         _WAIT = -1
@@ -452,12 +465,33 @@ class OrderedPool:
                     if best is None or weight(pending[n]) > weight(pending[best]):
                         best = n
             if best is not None:
+                pending_set.discard(pending[best])
                 return pending.pop(best)
             missing = waiting.get(pending[0], done) - done
             running = {w["task"] for w in self.workers if w["task"] is not None}
             if missing and missing <= running:
                 return _WAIT
+            pending_set.discard(pending[0])
             return pending.pop(0)
+
+        in_order = {i: n for n, i in enumerate(order)}
+
+        def promote(r) -> None:
+            """The modules a finished file asked about and nobody has started go to the front
+            (taken as soon as they are ready): the files after it that import them too will
+            find their answers. A file asking about a later module is a sign of an import
+            cycle ordered the wrong way round for it."""
+            asked = set()
+            for q in r.queries:
+                j = self._file_of(q.rpartition(":")[2])
+                if j is not None and j in in_order and j not in done and j not in asked:
+                    asked.add(j)
+            front = [j for j in asked if j in pending_set]
+            if front:
+                front.sort(key=in_order.__getitem__)
+                for j in front:
+                    pending.remove(j)
+                pending[:0] = front
 
         def send(w) -> bool:
             i = next_task()
@@ -495,6 +529,7 @@ class OrderedPool:
                 done.add(i)
                 w["task"] = None
                 self.publish(r)
+                promote(r)
                 if progress is not None:
                     progress(1)
             feed()
