@@ -13,7 +13,8 @@ one would parse a connected tree twice, so files are linted imported-first inste
   is, it waits for the files being linted that the next one imports, or takes the next one in
   an import cycle), together with the exports of every file finished since that worker last
   heard.  Each worker keeps its own copy of the project, so a
-  file is linted against everything finished before it started.
+  file is linted against everything finished before it started. The modules a finished
+  file asked about and nobody has started move to the front of the queue.
 
 The graph is a guess (an import inside a string or an ``exec`` is missed); a file linted
 before something it asks about is caught by the engine's answer check and linted again, so a
