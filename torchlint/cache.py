@@ -84,16 +84,23 @@ class Cache:
         return d if isinstance(d, dict) and d.get("version") == __version__ else None
 
     def _write_json(self, f: str, obj) -> bool:
+        try:
+            data = json.dumps(obj).encode()  # json.dump streams through the pure-Python encoder
+        except (TypeError, ValueError):
+            return False
+        return self._write_bytes(f, data)
+
+    def _write_bytes(self, f: str, data: bytes) -> bool:
         """Write through a temporary file and ``os.replace``: readers never see half a file."""
         tmp = None
         try:
             os.makedirs(os.path.dirname(f), exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=os.path.dirname(f), suffix=".tmp")
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(json.dumps(obj))  # json.dump streams through the pure-Python encoder
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
             os.replace(tmp, f)
             return True
-        except (OSError, TypeError, ValueError):
+        except OSError:
             if tmp is not None:
                 try:
                     os.unlink(tmp)
@@ -317,7 +324,10 @@ class Cache:
                 key = self._key(f, h, opts)
                 full[key] = d
                 src = r.__dict__.get("_lazy") if r.is_lazy() else None
-                raw = bytes(src.store.raw(src.key)) if src is not None else json.dumps(r.exports()).encode()
+                try:
+                    raw = bytes(src.store.raw(src.key)) if src is not None else json.dumps(r.exports()).encode()
+                except (TypeError, ValueError, KeyError):
+                    return  # not serialisable: no snapshot (each file's entry is still written)
                 spans[key] = [len(blob) - len(token), len(raw)]
                 blob += raw
             lite.append(dict(d, summaries={}, classes={}, reexports={}, called=[], stars=[], queries=[]))
@@ -329,22 +339,6 @@ class Cache:
                 "paths": [os.path.abspath(p) for p in files]})
         self._write_json(self._snapshot_file(opts, ".json"),
                          {"version": __version__, "digest": digest, "results": lite})
-
-    def _write_bytes(self, f: str, data: bytes) -> bool:
-        tmp = None
-        try:
-            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(f), suffix=".tmp")
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-            os.replace(tmp, f)
-            return True
-        except OSError:
-            if tmp is not None:
-                try:
-                    os.unlink(tmp)
-                except OSError:
-                    pass
-            return False
 
 
 class _Snapshot:
