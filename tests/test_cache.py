@@ -187,6 +187,34 @@ def test_corrupt_entries_and_index_are_ignored(tmp_path, tree, parses):
     assert parses == [] and c2.hits == len(paths)
 
 
+@pytest.mark.parametrize("damage", ["spans", "called", "blob", "token"])
+def test_damaged_run_snapshot_is_ignored_not_fatal(tmp_path, tree, damage):
+    src, paths = tree
+    cdir = tmp_path / "c"
+    expected = _found(run(paths, OPTS, cache=Cache(str(cdir))))
+    vdir = next(os.path.join(d) for d, _, fs in os.walk(cdir) if any(f.endswith("-index.json") for f in fs))
+    index = next(os.path.join(vdir, f) for f in os.listdir(vdir) if f.endswith("-index.json"))
+    blob = index.replace("-index.json", "-exports.bin")
+    with open(index) as fh:
+        d = json.load(fh)
+    if damage == "spans":  # right keys, values out of shape
+        d["spans"] = {k: ["0", None] for k in d["spans"]}
+    elif damage == "called":
+        d["called"] = {"helpers.train_one_epoch": 3}
+    elif damage == "token":  # an index paired with another run's blob
+        d["token"] = "0" * 32
+    with open(index, "w") as fh:
+        json.dump(d, fh)
+    if damage == "blob":  # same token, exports cut short
+        with open(blob, "rb") as fh:
+            data = fh.read()
+        with open(blob, "wb") as fh:
+            fh.write(data[: len(d["token"]) + 10])
+    with open(src / "lonely.py", "a") as fh:  # not the unchanged-run path: the snapshot is read
+        fh.write("\n\ndef unused():\n    return 1\n")
+    assert _found(run(paths, OPTS, cache=Cache(str(cdir)))) == expected
+
+
 def test_stale_index_entry_does_not_hide_an_edit(tmp_path, tree):
     src, paths = tree
     cdir = tmp_path / "c"

@@ -249,7 +249,9 @@ class Cache:
             blob = self._read_bytes(self._snapshot_file(opts, "-exports.bin")) if d is not None else None
             token = d.get("token") if d is not None else None
             if blob is not None and isinstance(token, str) and blob.startswith(token.encode()) and all(
-                    isinstance(d.get(k), dict) for k in ("results", "spans", "called")):
+                    isinstance(d.get(k), dict) for k in ("results", "spans", "called")) and _pairs(
+                    d["spans"]) and _pairs(d["called"]) and all(isinstance(r, dict) for r in d["results"].values()) \
+                    and all(off + n <= len(blob) - len(token) for off, n in d["spans"].values()):
                 self._store = _Snapshot(memoryview(blob)[len(token):], d["spans"], d["called"])
                 self._full = d["results"]
                 self._full_paths = d.get("paths")
@@ -339,6 +341,12 @@ class Cache:
                 "paths": [os.path.abspath(p) for p in files]})
         self._write_json(self._snapshot_file(opts, ".json"),
                          {"version": __version__, "digest": digest, "results": lite})
+
+
+def _pairs(d: dict) -> bool:
+    """Every value is a pair of non-negative integers (a snapshot's spans and call counts)."""
+    return all(type(v) is list and len(v) == 2 and type(v[0]) is int and type(v[1]) is int
+               and v[0] >= 0 and v[1] >= 0 for v in d.values())
 
 
 class _Snapshot:
