@@ -142,6 +142,24 @@ def display_path(path: str) -> str:
 def lint_text(path: str, text: str, opts: LintOptions, project: Optional[ProjectIndex] = None,
               module_name: Optional[str] = None, is_package: bool = False, data: Optional[bytes] = None,
               shown: Optional[str] = None) -> FileResult:
+    """Lint one file's text. The cyclic garbage collector is off meanwhile: the file's libcst
+    tree (millions of nodes for a big file, no cycles among them) would otherwise be scanned
+    by every collection its allocations trigger; the model's own cycles are broken at the end
+    (``_release_model``), so refcounting frees the tree as soon as the file is done."""
+    import gc
+
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        return _lint_text(path, text, opts, project, module_name, is_package, data, shown)
+    finally:
+        if was_on:
+            gc.enable()
+
+
+def _lint_text(path: str, text: str, opts: LintOptions, project: Optional[ProjectIndex] = None,
+               module_name: Optional[str] = None, is_package: bool = False, data: Optional[bytes] = None,
+               shown: Optional[str] = None) -> FileResult:
     from .discover import module_name_for
     from .selection import per_file_ignored
 
@@ -227,12 +245,52 @@ def lint_text(path: str, text: str, opts: LintOptions, project: Optional[Project
         if os.environ.get("TORCHLINT_DEBUG"):
             traceback.print_exc()
     res.queries = sorted(mm.external_queries)
+    _release_model(mm)
     res.findings = _suppress(findings, text, opts, shown)
     bad = _unknown_noqa_codes(text)
     if bad:
         res.error = "; ".join(f"{shown}:{line}: unknown rule code `{code}` in `# noqa` (expected a code "
                               "listed by `torchlint rules`)" for line, code in bad)
     return res
+
+
+_CONTAINERS = (dict, list, tuple, set, frozenset)
+
+
+def _release_model(mm) -> None:
+    """Clear the attributes of every object of the semantic model reachable from ``mm``
+    (functions <-> classes, ops <-> their loops, the model <-> its resolvers): those cycles
+    kept the module's libcst tree alive until the cyclic collector found them. Only objects
+    of ``torchlint.model`` are cleared, never the shared project, the rules or the tree."""
+    import gc
+
+    stack = [mm]
+    seen: set = set()
+    owners = []
+    while stack:
+        o = stack.pop()
+        if id(o) in seen:
+            continue
+        seen.add(id(o))
+        t = type(o)
+        if t in _CONTAINERS:
+            stack.extend(r for r in gc.get_referents(o) if type(r) in _CONTAINERS or _in_model(type(r)))
+        elif _in_model(t):
+            if hasattr(o, "__dict__"):
+                owners.append(o)
+            stack.extend(r for r in gc.get_referents(o) if type(r) in _CONTAINERS or _in_model(type(r)))
+    for o in owners:
+        o.__dict__.clear()
+
+
+_MODEL_TYPES: dict = {}
+
+
+def _in_model(t) -> bool:
+    got = _MODEL_TYPES.get(t)
+    if got is None:
+        got = _MODEL_TYPES[t] = t.__module__.startswith("torchlint.model")
+    return got
 
 
 def parse_module(text: str):
