@@ -603,9 +603,10 @@ def run(files, opts: LintOptions, jobs: int = 1, cache=None, progress=None) -> l
         gc.set_threshold(*threshold)
 
 
-# A parse allocates millions of libcst nodes that live until the file is done; with the default
-# thresholds the cyclic collector keeps walking them (~17% of a run's CPU). They hold no cycles
-# (refcounting frees them); the model's few cycles are collected every GC_EVERY files.
+# A parse allocates millions of libcst nodes that live until the file is done. The collector is
+# off inside ``lint_text`` (and the model's cycles are broken there); between files, what is
+# left (the project's exports, results) is collected with these thresholds and every GC_EVERY
+# files.
 _GC_THRESHOLD = (100_000, 50, 100)
 GC_EVERY = 256
 
