@@ -70,16 +70,23 @@ class Cache:
 
     # ------------------------------------------------------------ files of the cache
     @staticmethod
-    def _read_json(f: str) -> Optional[dict]:
-        """A cache file's content, if it is ours (owned by this user), well-formed and of
-        this version; ``None`` otherwise."""
+    def _read_bytes(f: str) -> Optional[bytes]:
+        """A cache file's bytes, if it is ours (owned by this user); ``None`` otherwise."""
         try:
-            st = os.stat(f)
-            if hasattr(os, "getuid") and st.st_uid != os.getuid():
+            if hasattr(os, "getuid") and os.stat(f).st_uid != os.getuid():
                 return None
-            with open(f, encoding="utf-8") as fh:
-                d = json.load(fh)
-        except (OSError, ValueError):
+            with open(f, "rb") as fh:
+                return fh.read()
+        except OSError:
+            return None
+
+    @classmethod
+    def _read_json(cls, f: str) -> Optional[dict]:
+        """A cache file's content, if it is ours, well-formed and of this version."""
+        data = cls._read_bytes(f)
+        try:
+            d = json.loads(data) if data is not None else None
+        except ValueError:
             return None
         return d if isinstance(d, dict) and d.get("version") == __version__ else None
 
@@ -256,15 +263,6 @@ class Cache:
                 self._full = d["results"]
                 self._full_paths = d.get("paths")
         return self._full
-
-    def _read_bytes(self, f: str) -> Optional[bytes]:
-        try:
-            if hasattr(os, "getuid") and os.stat(f).st_uid != os.getuid():
-                return None
-            with open(f, "rb") as fh:
-                return fh.read()
-        except OSError:
-            return None
 
     def files_gone_since_last_run(self, files, opts) -> bool:
         """Whether a file of the last run is no longer linted (its importers' answers change

@@ -497,6 +497,14 @@ def called_counts(results) -> dict:
     """qualname -> [calls from other modules, how many of them under ``no_grad``]. Cached
     results not read yet count through their snapshot's totals."""
     counts: dict = {}
+
+    def add(q, n, under) -> None:
+        c = counts.get(q)
+        if c is None:
+            c = counts[q] = [0, 0]
+        c[0] += n
+        c[1] += under
+
     lazy: dict = {}
     for r in results:
         src = r.__dict__.get("_lazy")
@@ -504,18 +512,10 @@ def called_counts(results) -> dict:
             lazy.setdefault(id(src.store), []).append(src)
             continue
         for q, off in r.called:
-            c = counts.get(q)
-            if c is None:
-                c = counts[q] = [0, 0]
-            c[0] += 1
-            c[1] += bool(off)
+            add(q, 1, bool(off))
     for group in lazy.values():
         for q, (n, under) in group[0].store.called_counts([src.key for src in group]).items():
-            c = counts.get(q)
-            if c is None:
-                c = counts[q] = [0, 0]
-            c[0] += n
-            c[1] += under
+            add(q, n, under)
     return counts
 
 

@@ -53,19 +53,20 @@ class _Exports(dict):
         super().__init__(data or {})
         self._project = project
 
-    def get(self, key, default=None):
+    def _read(self, key) -> None:
         if self._project.pending:
             self._project.load_pending(key)
+
+    def get(self, key, default=None):
+        self._read(key)
         return dict.get(self, key, default)
 
     def __contains__(self, key):
-        if self._project.pending:
-            self._project.load_pending(key)
+        self._read(key)
         return dict.__contains__(self, key)
 
     def __getitem__(self, key):
-        if self._project.pending:
-            self._project.load_pending(key)
+        self._read(key)
         return dict.__getitem__(self, key)
 
 

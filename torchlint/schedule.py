@@ -206,18 +206,14 @@ def _order_cycle(comp, deps) -> list:
 
     def remove(v) -> None:
         alive.discard(v)
-        for d in out[v]:
-            if d in alive:
-                n_in[d] -= 1
-                if not n_in[d]:
-                    sources.append(d)
-                heapq.heappush(heap, (n_out[d] - n_in[d], d))
-        for u in inn[v]:
-            if u in alive:
-                n_out[u] -= 1
-                if not n_out[u]:
-                    sinks.append(u)
-                heapq.heappush(heap, (n_out[u] - n_in[u], u))
+        # its imports lose an importer, its importers an import
+        for near, count, emptied in ((out[v], n_in, sources), (inn[v], n_out, sinks)):
+            for u in near:
+                if u in alive:
+                    count[u] -= 1
+                    if not count[u]:
+                        emptied.append(u)
+                    heapq.heappush(heap, (n_out[u] - n_in[u], u))
 
     while alive:
         if sinks:
