@@ -16,6 +16,7 @@ from typing import Optional
 
 from . import __version__
 from .findings import Finding, Span
+from .parse import parse_module
 from .project import ProjectIndex, project_answer, summary_has_effects
 from .rule import InternalErrorRule, SyntaxErrorRule, UnusedNoqaRule, all_rules
 from .source import SourceError, read_source
@@ -254,74 +255,26 @@ def _lint_text(path: str, text: str, opts: LintOptions, project: Optional[Projec
     return res
 
 
-_CONTAINERS = (dict, list, tuple, set, frozenset)
-
-
 def _release_model(mm) -> None:
-    """Clear the attributes of every object of the semantic model reachable from ``mm``
-    (functions <-> classes, ops <-> their loops, the model <-> its resolvers): those cycles
-    kept the module's libcst tree alive until the cyclic collector found them. Only objects
-    of ``torchlint.model`` are cleared, never the shared project, the rules or the tree."""
-    import gc
+    """Break the semantic model's reference cycles (functions <-> classes, nested functions
+    <-> their parents, ops <-> their loops and branches, the model <-> its resolvers and
+    caches), which would keep the module's libcst tree alive until the cyclic collector,
+    switched off during a lint, walked millions of nodes to find them. Clearing the
+    attributes of the functions, classes, ops and the model itself lets refcounting free
+    the tree at once. Only objects of ``torchlint.model`` are cleared, never the shared
+    project, the rules or the tree."""
+    from .model.ir import walk
 
-    stack = [mm]
-    seen: set = set()
-    owners = []
-    while stack:
-        o = stack.pop()
-        if id(o) in seen:
-            continue
-        seen.add(id(o))
-        t = type(o)
-        if t in _CONTAINERS:
-            stack.extend(r for r in gc.get_referents(o) if type(r) in _CONTAINERS or _in_model(type(r)))
-        elif _in_model(t):
-            if hasattr(o, "__dict__"):
-                owners.append(o)
-            stack.extend(r for r in gc.get_referents(o) if type(r) in _CONTAINERS or _in_model(type(r)))
+    owners = [v for v in vars(mm).values() if hasattr(v, "__dict__") and type(v).__module__.startswith("torchlint.model")]
+    for fn in mm.all_functions:
+        owners.append(fn)
+        owners.extend(walk(fn.body))
+        if fn.cls is not None:
+            owners.append(fn.cls)
+    owners.extend(mm.classes.values())
     for o in owners:
         o.__dict__.clear()
-
-
-_MODEL_TYPES: dict = {}
-
-
-def _in_model(t) -> bool:
-    got = _MODEL_TYPES.get(t)
-    if got is None:
-        got = _MODEL_TYPES[t] = t.__module__.startswith("torchlint.model")
-    return got
-
-
-def parse_module(text: str):
-    """``libcst.parse_module`` without re-validating every node the parser builds.
-
-    Each libcst node checks its own fields when constructed (``CSTNode.__post_init__`` ->
-    ``_validate``: whitespace regexes, parenthesis balance...). Nodes the parser produces are
-    valid by construction, and those checks are ~14% of a parse (libcst's own comment there
-    suggests moving them out of parsing). They are switched off for the parse only: nodes built
-    later (fixes) are validated as usual."""
-    import libcst as cst
-
-    node_cls = getattr(cst, "CSTNode", None)
-    if node_cls is None or "__post_init__" not in node_cls.__dict__:
-        return cst.parse_module(text)
-    if not _POST_INIT:  # libcst's own, remembered before the first swap (threads: see below)
-        _POST_INIT.append(node_cls.__dict__["__post_init__"])
-    node_cls.__post_init__ = _no_validation
-    try:
-        return cst.parse_module(text)
-    finally:
-        # always libcst's, never what was installed when this parse began: a parse in another
-        # thread that ends first only makes this one validate
-        node_cls.__post_init__ = _POST_INIT[0]
-
-
-def _no_validation(self) -> None:
-    return None
-
-
-_POST_INIT: list = []
+    mm.__dict__.clear()
 
 
 def _stdlib_syntax_error(text: str, path: str):

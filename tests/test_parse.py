@@ -1,0 +1,151 @@
+"""Parsing a long file in pieces gives the tree libcst gives for the whole file."""
+import glob
+import os
+
+import libcst as cst
+import pytest
+
+from torchlint import parse
+from torchlint.parse import parse_module
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture
+def small_pieces(monkeypatch):
+    """Pieces of a few lines, so that short files are cut many times."""
+    monkeypatch.setattr(parse, "CHUNK_LINES", 3)
+    monkeypatch.setattr(parse, "BIG_LINES", 12)
+
+
+@pytest.fixture
+def pieces(monkeypatch):
+    """What libcst was asked to parse: [(entry point, text)]."""
+    seen = []
+    real_module, real_expr = cst.parse_module, cst.parse_expression
+
+    def module(text, *a, **k):
+        seen.append(("module", text))
+        return real_module(text, *a, **k)
+
+    def expression(text, *a, **k):
+        seen.append(("expression", text))
+        return real_expr(text, *a, **k)
+
+    monkeypatch.setattr(cst, "parse_module", module)
+    monkeypatch.setattr(cst, "parse_expression", expression)
+    return seen
+
+
+def _same_as_whole(src: str):
+    module = parse_module(src)
+    assert module.code == src
+    assert module.deep_equals(cst.parse_module(src))
+    return module
+
+
+def _python_files():
+    files = []
+    for pattern in ("torchlint/**/*.py", "rules/**/*.py", "fixtures/**/*.py", "benchmarks/*.py", "tests/*.py"):
+        files += glob.glob(os.path.join(ROOT, pattern), recursive=True)
+    return sorted(files)
+
+
+def test_every_file_of_this_repository_parses_in_pieces_to_the_whole_file_tree(small_pieces):
+    files = _python_files()
+    assert len(files) > 100
+    cut = 0
+    for path in files:
+        with open(path, encoding="utf-8") as f:
+            src = f.read()
+        cut += len(parse._cuts(src)) > 1
+        _same_as_whole(src)
+    assert cut > 50  # most of them were really cut
+
+
+def test_a_piece_never_begins_inside_a_string_a_bracket_or_after_a_decorator(small_pieces, pieces):
+    src = '''"""Training utilities.
+
+def not_code():
+    this is prose in a docstring
+"""
+import torch
+
+HELP = """
+usage:
+train.py --epochs N
+"""
+
+
+@torch.no_grad()
+@staticmethod
+def evaluate(model, loader):
+    model.eval()
+    return [
+model(x) for x in loader
+]
+
+
+if torch.cuda.is_available():
+    device = "cuda"
+else:
+    device = "cpu"
+try:
+    import apex
+except ImportError:
+    apex = None
+finally:
+    pass
+'''
+    _same_as_whole(src)
+    parsed = [text for kind, text in pieces if kind == "module"][:-1]  # the last: the reference parse
+    assert len(parsed) > 2
+    for text in parsed:
+        assert not text.startswith(("def not_code", "usage", "train.py", "def evaluate", "model(x)", "else", "except",
+                                    "finally", '"""\n'))
+
+
+def test_a_syntax_error_is_reported_where_the_whole_file_parse_reports_it(small_pieces):
+    lines = [f"x{i} = {i}\n" for i in range(40)]
+    lines[25] = "def broken(:\n"
+    src = "".join(lines)
+    with pytest.raises(cst.ParserSyntaxError) as whole:
+        cst.parse_module(src)
+    with pytest.raises(cst.ParserSyntaxError) as ours:
+        parse_module(src)
+    assert (ours.value.raw_line, ours.value.raw_column) == (whole.value.raw_line, whole.value.raw_column)
+
+
+def test_pieces_that_disagree_on_indentation_or_line_ending_fall_back_to_the_whole_file(small_pieces):
+    two = "def f(x):\n  return x\n\n\n" + "".join(f"y{i} = {i}\n" for i in range(10))
+    four = "def g(x):\n    if x:\n        return 1\n    return 0\n"
+    _same_as_whole(two + four)
+    _same_as_whole((two + four).replace("\n", "\r\n"))
+    _same_as_whole(two.replace("\n", "\r\n") + four)
+
+
+def test_a_long_table_is_parsed_a_few_elements_at_a_time(small_pieces, pieces):
+    rows = []
+    for i in range(30):
+        if i % 7 == 0:
+            rows.append(f"    # group {i // 7}\n\n")
+        rows.append(f"    OpInfo('op{i}', dtypes=(torch.float32, torch.bfloat16),\n           sample_inputs=lambda t: [t.argmax(dim=1)]),\n")
+    src = ("import torch\n\n\nop_db: list[OpInfo] = [\n" + "".join(rows) + "]  # the table\n\n\n"
+           "cases = {\n" + "".join(f"    ('k{i}', {i}): [{i}, {i + 1}],\n" for i in range(30)) + "}\n"
+           "print(len(op_db))\n\n\n"
+           "TUNING: dict = {\n" + "".join(
+               f"    ('bsr_dense_addmm', 'NVIDIA A100', (torch.float16, 0.{k})): {{\n"
+               + "".join(f"        ({m}, {m}, {m}, 16, 16): (1, 16, {k}, 2),  # tuned\n" for m in range(20))
+               + "    },\n" for k in range(3)) + "}\n")
+    module = _same_as_whole(src)
+    assert isinstance(module.body[1].body[0].value, cst.List)
+    exprs = [text for kind, text in pieces if kind == "expression"]
+    assert len(exprs) > 4  # the literals were parsed in several groups of elements
+    assert all(len(e.splitlines()) < 10 for e in exprs)  # the nested tables of TUNING too
+
+
+def test_what_is_not_a_plain_literal_is_parsed_whole(small_pieces):
+    comp = "table = {\n    k: v\n    for k, v in pairs\n" + "".join(f"    # {i}\n" for i in range(20)) + "}\n"
+    _same_as_whole("import torch\n" + comp + "y = 1\n")
+    call = "model = nn.Sequential(\n" + "".join("    nn.Linear(8, 8),\n" for _ in range(20)) + ")\n"
+    _same_as_whole("import torch\n" + call + "z = [\n" + "".join(f"    {i},\n" for i in range(20)) + "] + extra\n")

@@ -1,0 +1,318 @@
+"""Parsing a module with libcst, a run of top-level statements at a time.
+
+libcst's native parser builds its own tree of the whole file (tokens, a "deflated" and an
+"inflated" tree) before it converts it into Python nodes, so a parse holds several times
+the Python tree in memory, and it gets slower per line as files grow (a 4,000-line module
+costs more per line than a 400-line one: the working set leaves the CPU caches). Parsing a
+large file in pieces of about ``CHUNK_LINES`` lines, each a run of whole top-level
+statements, and joining the pieces' statements into one ``Module`` gives the same code, the
+same statements and the same nodes, at a fraction of the peak memory and faster.
+
+Where to cut needs no tokenizer of our own: a piece may only begin at a line that starts in
+column 0 with code (not a comment, not a closing bracket, not ``else``/``elif``/``except``/
+``finally``, not after a decorator) outside any string, and a piece that parses on its own
+proves its boundary: a prefix of a file that ends inside a string, a bracket or a backslash
+continuation does not parse. A piece that does not parse is joined to the next one and
+tried again; a file where that keeps failing (a real syntax error), or whose pieces disagree
+on the file's indentation or line ending, is parsed whole, so errors are reported exactly
+as libcst reports them for the whole file.
+
+The only difference from a whole-file parse is where blank lines and comments between two
+top-level statements are attached when they fall at a cut: they become leading lines of the
+next statement (libcst may also attach them to the footer of the previous statement's
+block). The code, and so every position, is the same.
+"""
+
+from __future__ import annotations
+
+import re
+
+CHUNK_LINES = 50  # a piece is at least this long (a file shorter than twice this is parsed whole)
+BIG_LINES = 500  # a statement (or an element) this long is parsed a few of its literal's elements at a time
+_MAX_RETRIES = 4  # pieces that fail to parse before the file is parsed whole
+
+# Comments and strings are matched (and skipped) so that a line inside a triple-quoted
+# string is never taken for a statement; the last alternative is a line that may begin a
+# top-level statement. Loops are "unrolled" (no nested quantifiers) so that a string that
+# never ends costs linear time, not exponential.
+_STRING = (
+    r'"""[^"\\]*(?:(?:\\.|"(?!""))[^"\\]*)*"""'
+    r"|'''[^'\\]*(?:(?:\\.|'(?!''))[^'\\]*)*'''"
+    r'|"[^"\\\n]*(?:\\.[^"\\\n]*)*"'
+    r"|'[^'\\\n]*(?:\\.[^'\\\n]*)*'"
+)
+_SCAN = re.compile(r"#[^\n]*|" + _STRING + r"|^(?=[^\s#)\]}])(?!(?:else|elif|except|finally)\b)", re.M | re.S)
+# Inside one statement: brackets and commas outside strings and comments.
+_TOKEN = re.compile(r"#[^\n]*|" + _STRING + r"|[\[\](){},]", re.S)
+# What may separate two tokens inside brackets: blanks, newlines, comments, continuations.
+_GAP = re.compile(r"(?:[ \t\f]+|\\?\r?\n|#[^\n]*)*")
+_ASSIGNED = re.compile(r"(?<![=<>!:+\-*/%&|^@])=[ \t]*$")
+
+
+def _cuts(text: str) -> list:
+    """Offsets where a piece of about CHUNK_LINES lines may begin (the first is 0). A
+    statement of BIG_LINES lines or more gets a piece of its own (see ``_split_literal``)."""
+    cuts = [0]
+    line = 1  # line of offset ``pos``
+    pos = 0
+    start_line = 1  # line where the current piece begins
+    prev_at, prev_line = 0, 1  # the last place a statement may begin
+    after_decorator = False
+    for m in _SCAN.finditer(text):
+        if m.end() != m.start():  # a comment or a string
+            continue
+        at = m.start()
+        decorator = text.startswith("@", at)
+        if after_decorator:
+            after_decorator = decorator
+            continue
+        after_decorator = decorator
+        line += text.count("\n", pos, at)
+        pos = at
+        if line - prev_line >= BIG_LINES and prev_at > cuts[-1]:
+            cuts.append(prev_at)
+            start_line = prev_line
+        if line - start_line >= CHUNK_LINES and at > cuts[-1]:
+            cuts.append(at)
+            start_line = line
+        prev_at, prev_line = at, line
+    if line + text.count("\n", pos) - prev_line >= BIG_LINES and prev_at > cuts[-1]:
+        cuts.append(prev_at)
+    return cuts
+
+
+def _split_literal(piece: str):
+    """The module of a piece that is one long ``name[: T] = [...]`` or ``= {...}`` statement
+    (a table of test cases, tuning data...), its literal parsed CHUNK_LINES lines of elements
+    at a time (``_literal``) and joined: the statement's own parse would hold a whole libcst
+    tree of it in memory at once. None where the piece is anything else."""
+    import libcst as cst
+
+    depth = 0
+    for m in _TOKEN.finditer(piece):
+        at = m.start()
+        ch = piece[at]
+        if ch in "[{(":
+            if depth == 0 and ch != "(" and _ASSIGNED.search(piece, piece.rfind("\n", 0, at) + 1, at):
+                break
+            depth += 1
+        elif ch in "]})":
+            depth -= 1
+    else:
+        return None
+    found = _elements(piece, at)
+    if found is None:
+        return None
+    try:
+        close_at, starts = found
+        skeleton = cst.parse_module(piece[:at] + "0" + piece[close_at + 1:])
+        stmt = skeleton.body[0] if len(skeleton.body) == 1 else None
+        small = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 else None
+        if not isinstance(small, (cst.Assign, cst.AnnAssign)) or not _is_zero(small.value):
+            return None
+        value = _literal(piece, at, close_at, starts)
+        return skeleton.with_changes(body=[stmt.with_changes(body=[small.with_changes(value=value)])])
+    except Exception:  # not a plain list or dict (a comprehension...), or a syntax error:
+        return None    # the piece is parsed whole, which reports the error if there is one
+
+
+def _elements(text: str, open_at: int):
+    """For the bracket at ``open_at``: the offset of its closing bracket and where each of its
+    elements begins (past the blanks and comments before it); None if it does not close or
+    holds nothing."""
+    depth = 0
+    commas = []  # offsets just after each comma between the elements
+    for m in _TOKEN.finditer(text, open_at):
+        ch = text[m.start()]
+        if ch in "[{(":
+            depth += 1
+        elif ch in "]})":
+            depth -= 1
+            if depth == 0:
+                close_at = m.start()
+                break
+        elif ch == "," and depth == 1:
+            commas.append(m.end())
+    else:
+        return None
+    starts = [_GAP.match(text, open_at + 1).end()]
+    for c in commas:
+        nxt = _GAP.match(text, c).end()
+        if nxt < close_at:
+            starts.append(nxt)
+    if starts[0] >= close_at:
+        return None
+    return close_at, starts
+
+
+def _is_zero(node) -> bool:
+    import libcst as cst
+
+    return isinstance(node, cst.Integer) and node.value == "0" and not node.lpar
+
+
+def _literal(text: str, open_at: int, close_at: int, starts: list):
+    """The List, Dict or Set node of ``text[open_at:close_at + 1]``, parsed a group of about
+    CHUNK_LINES lines of elements at a time; an element of BIG_LINES lines or more that is,
+    or maps a key to, a list or dict literal (a nested table) is split the same way."""
+    import libcst as cst
+
+    opener, closer = text[open_at], text[close_at]
+    tail = "rbracket" if opener == "[" else "rbrace"
+    elements = []
+    first = last = None
+    i = 0
+    while i < len(starts):
+        j = i + 1
+        while j < len(starts) and text.count("\n", starts[i], starts[j]) < CHUNK_LINES:
+            if text.count("\n", starts[j], starts[j + 1] if j + 1 < len(starts) else close_at) >= CHUNK_LINES:
+                break  # a long element is a group of its own (it may be a nested table)
+            j += 1
+        begin = open_at + 1 if i == 0 else starts[i]  # the first group keeps the blanks after the bracket
+        end = starts[j] if j < len(starts) else close_at
+        inner = _nested(text, starts[i], end) if j == i + 1 else None
+        if inner is not None:
+            o, c, inner_starts = inner
+            node = cst.parse_expression(opener + text[begin:o] + "0" + text[c + 1:end] + closer)
+            el = node.elements[0]
+            if not _is_zero(el.value):
+                raise ValueError("not a nested literal")
+            got = [el.with_changes(value=_literal(text, o, c, inner_starts))]
+        else:
+            node = cst.parse_expression(opener + text[begin:end] + closer)
+            got = list(node.elements)
+        if first is None:
+            first = node
+        elif type(node) is not type(first):
+            raise ValueError("elements of another kind of literal")
+        if j < len(starts):  # the blank lines after the group's last comma belong to that comma
+            ws = getattr(node, tail).whitespace_before
+            got[-1] = got[-1].with_changes(comma=got[-1].comma.with_changes(whitespace_after=ws))
+        elements.extend(got)
+        last = node
+        i = j
+    return first.with_changes(elements=elements, **{tail: getattr(last, tail)})
+
+
+def _nested(text: str, start: int, end: int):
+    """For the element ``text[start:end]`` (with its comma) of BIG_LINES lines or more that is
+    a list or dict literal, or ``key: <literal>``: that literal's bracket, closing bracket
+    and element starts; else None."""
+    if text.count("\n", start, end) < BIG_LINES:
+        return None
+    depth = 0
+    for m in _TOKEN.finditer(text, start, end):
+        at = m.start()
+        ch = text[at]
+        if ch in "[{(":
+            if depth == 0 and ch != "(" and (at == start or text[start:at].rstrip().endswith(":")):
+                break  # the element, or the value of ``key:``
+            depth += 1
+        elif ch in "]})":
+            depth -= 1
+    else:
+        return None
+    found = _elements(text, at)
+    if found is None:
+        return None
+    close_at, starts = found
+    rest = _GAP.match(text, close_at + 1).end()
+    if text.startswith(",", rest):
+        rest = _GAP.match(text, rest + 1).end()
+    return (at, close_at, starts) if rest >= end else None
+
+
+def _parse_in_pieces(text: str):
+    """``libcst.parse_module(text)``, in pieces for a long file (see the module docstring)."""
+    import libcst as cst
+
+    if text.count("\n") < 2 * CHUNK_LINES:
+        return cst.parse_module(text)
+    cuts = _cuts(text)
+    if len(cuts) < 2:
+        return cst.parse_module(text)
+    cuts.append(len(text))
+    parts = []
+    i, retries = 0, 0
+    while i < len(cuts) - 1:
+        j = i + 1
+        while True:
+            try:
+                piece = text[cuts[i]:cuts[j]]
+                module = None
+                if piece.count("\n") >= BIG_LINES and "\r" not in piece:
+                    module = _split_literal(piece)
+                parts.append(module or cst.parse_module(piece))
+                break
+            except cst.ParserSyntaxError:
+                retries += 1
+                if j == len(cuts) - 1 or retries > _MAX_RETRIES:
+                    return cst.parse_module(text)  # the whole file: libcst's own error
+                j += 1
+        i = j
+    module = _join(parts)
+    if module is None:
+        return cst.parse_module(text)
+    return module
+
+
+def parse_module(text: str):
+    """``libcst.parse_module``, in pieces for a long file, without re-validating every node the
+    parser builds.
+
+    Each libcst node checks its own fields when constructed (``CSTNode.__post_init__`` ->
+    ``_validate``: whitespace regexes, parenthesis balance...). Nodes the parser produces are
+    valid by construction, and those checks are ~14% of a parse (libcst's own comment there
+    suggests moving them out of parsing). They are switched off for the parse only: nodes built
+    later (fixes) are validated as usual."""
+    import libcst as cst
+
+    node_cls = getattr(cst, "CSTNode", None)
+    if node_cls is None or "__post_init__" not in node_cls.__dict__:
+        return _parse_in_pieces(text)
+    if not _POST_INIT:  # libcst's own, remembered before the first swap (threads: see below)
+        _POST_INIT.append(node_cls.__dict__["__post_init__"])
+    node_cls.__post_init__ = _no_validation
+    try:
+        return _parse_in_pieces(text)
+    finally:
+        # always libcst's, never what was installed when this parse began: a parse in another
+        # thread that ends first only makes this one validate
+        node_cls.__post_init__ = _POST_INIT[0]
+
+
+def _no_validation(self) -> None:
+    return None
+
+
+_POST_INIT: list = []
+
+
+def _join(parts: list):
+    """One Module of the pieces' statements, or None if the pieces disagree on the
+    indentation or the line ending their nodes leave to the module."""
+    import libcst as cst
+
+    first = parts[0]
+    indent = None
+    body = []
+    pending: list = []  # blank lines and comments waiting for the next statement
+    for m in parts:
+        if m.default_newline != first.default_newline:
+            return None
+        if any(isinstance(s, cst.BaseCompoundStatement) for s in m.body):
+            if indent is None:
+                indent = m.default_indent
+            elif m.default_indent != indent:
+                return None
+        stmts = list(m.body)
+        lead = pending + list(m.header) if m is not first else []
+        if lead:
+            if not stmts:
+                pending = lead + list(m.footer)
+                continue
+            stmts[0] = stmts[0].with_changes(leading_lines=[*lead, *stmts[0].leading_lines])
+        body.extend(stmts)
+        pending = list(m.footer)
+    return first.with_changes(body=body, footer=pending, default_indent=indent or first.default_indent,
+                              has_trailing_newline=parts[-1].has_trailing_newline)
