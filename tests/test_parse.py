@@ -149,3 +149,29 @@ def test_what_is_not_a_plain_literal_is_parsed_whole(small_pieces):
     _same_as_whole("import torch\n" + comp + "y = 1\n")
     call = "model = nn.Sequential(\n" + "".join("    nn.Linear(8, 8),\n" for _ in range(20)) + ")\n"
     _same_as_whole("import torch\n" + call + "z = [\n" + "".join(f"    {i},\n" for i in range(20)) + "] + extra\n")
+
+
+def test_a_long_class_is_parsed_a_few_members_at_a_time(small_pieces, pieces):
+    methods = []
+    for i in range(12):
+        methods.append(f"""
+        # test {i}
+        @skip_if_lt_x_gpu(2)
+        @with_dist_debug_levels(levels=["OFF", "INFO"])
+        def test_ddp_{i}(self):
+            model = nn.Linear(8, 8).cuda(self.rank)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for _ in range(3):
+                opt.zero_grad()
+                model(torch.randn(4, 8, device=self.rank)).sum().backward()
+                opt.step()
+            # trailing note on test {i}
+""")
+    src = ('"""Distributed tests."""\nimport torch\n\n\nclass DistributedTest:  # the suite\n'
+           "    class _DistTestBase:\n        world_size = 2\n" + "".join(methods)
+           + "\n# a note at column 0 inside the class\n        def last(self):\n            pass\n"
+           + "        # def disabled(self):\n        #     pass\n\n\n# the end of the suite\nrun_tests()\n")
+    module = _same_as_whole(src)
+    assert isinstance(module.body[2], cst.ClassDef)
+    parsed = [text for kind, text in pieces if kind == "module"][:-1]
+    assert max(len(t.splitlines()) for t in parsed) < 20  # no piece holds the whole class

@@ -89,11 +89,12 @@ def _split_literal(piece: str):
     import libcst as cst
 
     depth = 0
-    for m in _TOKEN.finditer(piece):
+    first_line = piece.find("\n")  # the literal opens on the statement's first line
+    for m in _TOKEN.finditer(piece, 0, first_line):
         at = m.start()
         ch = piece[at]
         if ch in "[{(":
-            if depth == 0 and ch != "(" and _ASSIGNED.search(piece, piece.rfind("\n", 0, at) + 1, at):
+            if depth == 0 and ch != "(" and _ASSIGNED.search(piece, 0, at):
                 break
             depth += 1
         elif ch in "]})":
@@ -222,6 +223,179 @@ def _nested(text: str, start: int, end: int):
     return (at, close_at, starts) if rest >= end else None
 
 
+class _NotSplit(Exception):
+    pass
+
+
+# Inside a class: comments, strings, brackets, and the indentation of each line of code.
+_LINES = re.compile(r"#[^\n]*|" + _STRING + r"|[\[\](){}]|^([ \t]*)(?=[^\s#)\]}])", re.M | re.S)
+_CLAUSE = re.compile(r"(?:else|elif|except|finally)\b")
+_NOTHING = re.compile(r"[ \t]*(?:#[^\n]*)?\n")  # a blank or comment-only line
+
+
+def _split_class(piece: str):
+    """The module of a piece that is one long top-level ``class`` statement (a test suite of
+    hundreds of methods...), its body parsed CHUNK_LINES lines of members at a time
+    (``_class``). None where the piece is anything else."""
+    import libcst as cst
+
+    # the class ends where libcst ends it: with the indented comments after its last line
+    end = _member_cut(piece, len(piece), 0, "")
+    try:
+        skeleton, node, (footer,) = _class(piece, 0, end, [])
+        if end < len(piece):
+            rest = cst.parse_module(piece[end:])
+            footer = [*footer, *rest.header, *rest.footer]
+        return skeleton.with_changes(body=[node], footer=footer)
+    except (_NotSplit, cst.ParserSyntaxError):
+        return None
+
+
+def _members(text: str, start: int, end: int, own: str):
+    """The indentation of the body of the compound statement ``text[start:end]`` (its own
+    lines at indentation ``own``) and the offsets where its statements begin; None if the
+    body is not an indented block that reaches to ``end``."""
+    depth = 0
+    ind = None
+    starts = []
+    after_decorator = False
+    for m in _LINES.finditer(text, start, end):
+        g = m.group(1)
+        if g is None:
+            ch = text[m.start()]
+            if ch in "([{":
+                depth += 1
+            elif ch in ")]}":
+                depth -= 1
+            continue
+        if depth:
+            continue
+        if ind is None:
+            if g == own:  # the decorators and the line of the statement itself
+                continue
+            if len(g) <= len(own) or not g.startswith(own):
+                return None
+            ind = g
+        if g != ind:
+            if len(g) < len(ind):
+                return None
+            continue
+        at = m.start() + len(g)
+        if _CLAUSE.match(text, at):
+            continue
+        decorator = text.startswith("@", at)
+        if after_decorator:
+            after_decorator = decorator
+            continue
+        after_decorator = decorator
+        starts.append(m.start())
+    return (ind, starts) if ind is not None and starts else None
+
+
+def _member_cut(text: str, at: int, floor: int, ind: str) -> int:
+    """Where the piece of the member statement at ``at`` (indentation ``ind``) begins: before
+    the blank and comment lines above it, except those libcst gives to the footer of the
+    member before it (the comments indented deeper than ``ind`` that come before any at
+    ``ind`` or less). Not before ``floor``."""
+    first = at
+    while first > floor:
+        prev = text.rfind("\n", 0, first - 1) + 1
+        if prev < floor or not _NOTHING.fullmatch(text, prev, first):
+            break
+        first = prev
+    cut = first
+    pos = first
+    while pos < at:
+        nl = text.index("\n", pos) + 1
+        line = text[pos:nl]
+        body = line.lstrip(" \t")
+        if body.startswith("#"):
+            if len(line) - len(body) <= len(ind):
+                break
+            cut = nl
+        pos = nl
+    return cut
+
+
+def _wrapped(levels: list, body: str):
+    """Parse ``body`` (lines at indentation ``levels[-1]``) inside ``if 1:`` blocks indented
+    as the real enclosing blocks are, so every node is built in the context it will live in.
+    Return the innermost block's statements and the footers libcst gave to the module and to
+    each block, outermost first (what follows the last statement: the caller places them)."""
+    import libcst as cst
+
+    outer = ["", *levels[:-1]]
+    module = cst.parse_module("".join(ind + "if 1:\n" for ind in outer) + body)
+    if module.header or len(module.body) != 1:
+        raise _NotSplit
+    footers = [module.footer]
+    node = module.body[0]
+    for _ in range(len(levels) - 1):
+        footers.append(node.body.footer)
+        if len(node.body.body) != 1:
+            raise _NotSplit
+        node = node.body.body[0]
+    footers.append(node.body.footer)
+    return list(node.body.body), footers
+
+
+def _class(text: str, start: int, end: int, levels: list):
+    """The class statement ``text[start:end]`` at indentation ``levels[-1]`` (or the top
+    level), its header parsed with a ``pass`` for a body, its members a group of about
+    CHUNK_LINES lines at a time, and a member class of BIG_LINES lines or more the same way.
+    Returns (the module, or the statements, its header was parsed in; the ClassDef; the
+    footers of the module and of the enclosing blocks, outermost first, from its last lines)."""
+    import libcst as cst
+
+    found = _members(text, start, end, levels[-1] if levels else "")
+    if found is None:
+        raise _NotSplit
+    ind, starts = found
+    cuts = [_member_cut(text, s, start, ind) for s in starts] + [end]
+    groups = []
+    a = 0
+    while a < len(cuts) - 1:  # a group covers cuts[a]..cuts[b]; a long member stands alone
+        b = a + 1
+        while b < len(cuts) - 1 and text.count("\n", cuts[a], cuts[b]) < CHUNK_LINES \
+                and text.count("\n", cuts[b], cuts[b + 1]) < CHUNK_LINES:
+            b += 1
+        groups.append((cuts[a], cuts[b]))
+        a = b
+    head = text[start:cuts[0]] + ind + "pass\n"  # the members replace the ``pass``
+    if levels:
+        stmts, footers = _wrapped(levels, head)
+        skeleton = stmts
+    else:
+        skeleton = cst.parse_module(head)
+        stmts, footers = list(skeleton.body), [skeleton.footer]
+    node = stmts[0] if len(stmts) == 1 else None
+    if any(footers) or not isinstance(node, cst.ClassDef) or not isinstance(node.body, cst.IndentedBlock) \
+            or node.body.footer:
+        raise _NotSplit
+    members = []
+    inner = [*levels, ind]
+    for k, (a, b) in enumerate(groups):
+        got = None
+        if text.count("\n", a, b) >= BIG_LINES:
+            at = a
+            while _NOTHING.match(text, at):
+                at = _NOTHING.match(text, at).end()
+            if text.startswith(("class ", "@"), at + len(ind)):
+                try:
+                    _, sub, footers = _class(text, a, b, inner)
+                    got = [sub]
+                except _NotSplit:
+                    got = None
+        if got is None:
+            got, footers = _wrapped(inner, text[a:b])
+        if k < len(groups) - 1 and any(footers):
+            raise _NotSplit  # (libcst would have made them leading lines of the next member)
+        members.extend(got)
+    # the last group's footers: the innermost is this class's, the others its enclosers'
+    body = node.body.with_changes(body=members, footer=footers[-1])
+    return skeleton, node.with_changes(body=body), footers[:-1]
+
+
 def _parse_in_pieces(text: str):
     """``libcst.parse_module(text)``, in pieces for a long file (see the module docstring)."""
     import libcst as cst
@@ -241,7 +415,7 @@ def _parse_in_pieces(text: str):
                 piece = text[cuts[i]:cuts[j]]
                 module = None
                 if piece.count("\n") >= BIG_LINES and "\r" not in piece:
-                    module = _split_literal(piece)
+                    module = _split_literal(piece) or _split_class(piece)
                 parts.append(module or cst.parse_module(piece))
                 break
             except cst.ParserSyntaxError:
