@@ -9,6 +9,9 @@ For each corpus, in one invocation, on the same files and the same number of pro
 * torchlint cold     (empty cache: every file read, prefiltered, parsed when a rule could fire)
 * torchlint warm     (cache filled, nothing changed: no file parsed)
 * torchlint touched  (one file edited: it is re-linted, plus the files whose answers changed)
+* torchlint lsp      (the language server in the same tree, its index read from that cache:
+                      from saving an edit of the same file to its diagnostics, a long-lived
+                      process as in an editor; needs ``torchlint[lsp]``)
 * TorchFix           (``torchfix --select ALL -j N``; another venv: ``--torchfix PATH``)
 * libcst parse       (``libcst.parse_module`` of every file in a pool of N processes: the floor)
 * ruff               (``ruff check --select ALL``, RAYON_NUM_THREADS=N; a reference, Rust)
@@ -173,6 +176,125 @@ def pick_touched(files) -> str:
     return best or files[0]
 
 
+class _LspClient:
+    """A minimal JSON-RPC client of ``torchlint lsp`` over stdio (for timing, no dependency)."""
+
+    def __init__(self, cwd: str):
+        import queue
+        import threading
+
+        self.proc = subprocess.Popen([sys.executable, "-m", "torchlint", "lsp"], cwd=cwd, env=_env(),
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        self.inbox: "queue.Queue" = queue.Queue()
+        self.next_id = 0
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        out = self.proc.stdout
+        while True:
+            header = {}
+            while True:
+                line = out.readline()
+                if not line:
+                    self.inbox.put(None)
+                    return
+                line = line.strip()
+                if not line:
+                    break
+                k, _, v = line.decode("ascii").partition(":")
+                header[k.lower()] = v.strip()
+            self.inbox.put(json.loads(out.read(int(header["content-length"]))))
+
+    def send(self, method: str, params, request: bool = False):
+        msg = {"jsonrpc": "2.0", "method": method, "params": params}
+        if request:
+            self.next_id += 1
+            msg["id"] = self.next_id
+        body = json.dumps(msg).encode("utf-8")
+        self.proc.stdin.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        self.proc.stdin.flush()
+        return msg.get("id")
+
+    def wait(self, pred, timeout: float = 600.0):
+        import queue
+
+        deadline = time.perf_counter() + timeout
+        while True:
+            try:
+                msg = self.inbox.get(timeout=max(0.01, deadline - time.perf_counter()))
+            except queue.Empty:
+                raise TimeoutError("the language server did not answer") from None
+            if msg is None:
+                raise RuntimeError("the language server exited")
+            if pred(msg):
+                return msg
+
+    def peak_mb(self) -> float:
+        try:
+            with open(f"/proc/{self.proc.pid}/status") as fh:
+                for line in fh:
+                    if line.startswith("VmHWM:"):
+                        return int(line.split()[1]) / 1024
+        except OSError:
+            pass
+        return float("nan")
+
+
+def lsp_save(root: str, cache_dir: str, touched: str, saves: int = 5) -> dict:
+    """``torchlint lsp`` started in ``root`` with the cache the CLI runs filled: the time until
+    its workspace index is ready, then, ``saves`` times, from an edit of ``touched`` saved to
+    the diagnostics of the saved text (the median is reported)."""
+    from pathlib import Path
+
+    cfg = os.path.join(root, "torchlint.toml")  # the server finds the CLI's cache through it
+    with open(cfg, "w") as fh:
+        fh.write(f"cache-dir = {json.dumps(cache_dir)}\n")
+    with open(touched, "rb") as fh:
+        orig = fh.read()
+    st = os.stat(touched)
+    uri = Path(touched).as_uri()
+    client = _LspClient(root)
+    try:
+        t0 = time.perf_counter()
+        rid = client.send("initialize", {"processId": os.getpid(), "rootUri": Path(root).as_uri(), "capabilities": {},
+                                         "workspaceFolders": [{"uri": Path(root).as_uri(), "name": "bench"}]}, True)
+        client.wait(lambda m: m.get("id") == rid)
+        client.send("initialized", {})
+        client.wait(lambda m: m.get("method") == "window/logMessage" and "indexed" in m["params"]["message"])
+        index_s = time.perf_counter() - t0
+        text = orig.decode("utf-8")
+        client.send("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "python", "version": 1,
+                                                              "text": text}})
+        client.wait(lambda m: m.get("method") == "textDocument/publishDiagnostics" and m["params"]["uri"] == uri)
+        times = []
+        for version in range(2, 2 + saves):
+            text += f"# edit {version} by benchmarks/bench.py\n"
+            with open(touched, "w", encoding="utf-8") as fh:
+                fh.write(text)
+            t = time.perf_counter()
+            client.send("textDocument/didChange", {"textDocument": {"uri": uri, "version": version},
+                                                   "contentChanges": [{"text": text}]})
+            client.send("textDocument/didSave", {"textDocument": {"uri": uri}})
+            client.wait(lambda m: m.get("method") == "textDocument/publishDiagnostics"
+                        and m["params"]["uri"] == uri and m["params"].get("version") == version)
+            times.append(time.perf_counter() - t)
+        peak = client.peak_mb()
+        rid = client.send("shutdown", None, True)
+        client.wait(lambda m: m.get("id") == rid, 30)
+        client.send("exit", None)
+        client.proc.wait(30)
+        times.sort()
+        return {"wall": times[len(times) // 2], "index_s": index_s, "saves": times, "maxrss_mb": peak, "rc": 0,
+                "touched": os.path.relpath(touched, root)}
+    finally:
+        if client.proc.poll() is None:
+            client.proc.kill()
+        os.remove(cfg)
+        with open(touched, "wb") as fh:
+            fh.write(orig)
+        os.utime(touched, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
 def bench_corpus(name, root, args, scratch) -> dict:
     files = py_files(root)
     lines = count_lines(files)
@@ -213,6 +335,14 @@ def bench_corpus(name, root, args, scratch) -> dict:
             with open(touched, "wb") as fh:
                 fh.write(orig)
             os.utime(touched, ns=(st.st_atime_ns, st.st_mtime_ns))
+        if "lsp" in args.tools:
+            try:
+                r = lsp_save(root, cache, touched)
+                print(f"  torchlint lsp: index ready in {r['index_s']:.2f} s; save -> diagnostics "
+                      + ", ".join(f"{x:.2f}" for x in r["saves"]) + " s", file=sys.stderr)
+                row("torchlint lsp, save (same file)", r)
+            except Exception as exc:  # pygls missing, a server error: the other figures stand
+                print(f"  torchlint lsp: not measured ({type(exc).__name__}: {exc})", file=sys.stderr)
     if "torchfix" in args.tools:
         tf = args.torchfix or shutil.which("torchfix")
         if tf and os.path.exists(tf):
@@ -269,6 +399,11 @@ def render(results, load) -> str:
             rc = "" if r.get("rc", 0) in (0, 1) else f" [rc {r.get('rc')}]"
             out.append(f"| {label}{note}{rc} | {w:.2f} | {r.get('cpu', float('nan')):.2f} | {r['files'] / w:,.0f} | {r['lines'] / w:,.0f} | "
                        f"{r['maxrss_mb']:.0f} | {ratio} |")
+        lsp = next((r for r in rows.values() if "index_s" in r), None)
+        if lsp is not None:
+            out.append(f"\n`torchlint lsp` in the same tree: workspace index ready in {lsp['index_s']:.2f} s "
+                       f"(from the cache the CLI runs filled); an edit of {lsp['touched']} saved -> its "
+                       "diagnostics: " + ", ".join(f"{x:.2f}" for x in lsp["saves"]) + " s (the row: the median)")
         if res.get("scaling"):
             out.append("")
             out.append("| torchlint cold on | files | lines | wall (s) | lines/s |")
@@ -291,7 +426,7 @@ def main(argv=None) -> int:
     ap.add_argument("checkouts", nargs="*", help="more corpora (folders)")
     ap.add_argument("--jobs", "-j", type=int, default=2)
     ap.add_argument("--no-torch", action="store_true", help="skip the installed torch package's source")
-    ap.add_argument("--tools", default="torchlint,torchfix,libcst,ruff")
+    ap.add_argument("--tools", default="torchlint,lsp,torchfix,libcst,ruff")
     ap.add_argument("--torchfix", default="/tmp/tfenv/bin/torchfix" if os.path.exists("/tmp/tfenv/bin/torchfix") else None)
     ap.add_argument("--torchfix-every", type=int, default=1,
                     help="run TorchFix on every K-th file only (it is slow); compared by lines/s")

@@ -29,7 +29,8 @@ from pygls.lsp.server import LanguageServer
 from . import __version__
 from .config import ConfigError, find_config_file, load_config
 from .docs import rule_markdown
-from .engine import LintOptions, _merge, build_project_modules, lint_text, run
+from .cache import Cache
+from .engine import LintOptions, _merge, build_project_modules, called_counts, lint_text, run
 from .findings import UNSAFE, Finding
 from .fixer import fix_text, fixable_codes, noqa_text
 from .fixes import split_lines
@@ -159,12 +160,14 @@ class TorchlintServer(LanguageServer):
 
     # -------------------------------------------------------------- linting
     def lint(self, uri: str, text: str) -> list:
+        return self.lint_result(uri, text).findings
+
+    def lint_result(self, uri: str, text: str):
         path = uri_to_path(uri)
         settings = self.settings_for(path)
         shown = path or uri
         lint_path = path or os.path.join(self._root() or os.getcwd(), "untitled.py")
-        res = lint_text(lint_path, text, settings.opts, self.project, shown=shown)
-        return res.findings
+        return lint_text(lint_path, text, settings.opts, self.project, shown=shown)
 
     def diagnostics(self, findings, text: str) -> list:
         lines = _lines(text)
@@ -273,7 +276,9 @@ class TorchlintServer(LanguageServer):
             d = discover([root], exclude=list(cfg.exclude) + list(cfg.extend_exclude),
                          respect_gitignore=cfg.respect_gitignore, follow_symlinks=False)
             files = [f for f in d.files if f.endswith((".py", ".pyi"))][:MAX_WORKSPACE_FILES]
-            results = run(files, settings.opts, jobs=1)
+            # the CLI's cache: a workspace `torchlint check` has seen is indexed without parsing
+            cache = Cache(cfg.cache_dir or os.path.join(cfg.root, ".torchlint_cache"))
+            results = run(files, settings.opts, jobs=1, cache=cache)
             with self._lock:
                 self.project_results = dict(zip(files, results))
                 self.project = self._merged(files)
@@ -289,20 +294,44 @@ class TorchlintServer(LanguageServer):
         _merge(project, [self.project_results[f] for f in files])
         return project
 
-    def refresh_saved(self, uri: str) -> None:
-        """After a save: the file's summaries in the index are the saved text's."""
+    def refresh_saved(self, uri: str):
+        """After a save: the file's summaries in the index are the saved text's. Returns
+        (text, findings) of that lint (against the index as it was: what a lint of the
+        document would say now), or None."""
         path = uri_to_path(uri)
         if path is None or self.project is None or not path.endswith((".py", ".pyi")):
-            return
+            return None
         try:
             text = self.workspace.get_text_document(uri).source
             with self._lock:
-                settings = self.settings_for(path)
-                res = lint_text(path, text, settings.opts, self.project)
+                res = self.lint_result(uri, text)
+                old = self.project_results.get(path)
                 self.project_results[path] = res
-                self.project = self._merged()
+                if old is not None:  # a file of the index: swap its exports
+                    _replace_exports(self.project, old, res, self.project_results.values())
+                else:  # a new file of the workspace: its module joins the table
+                    self.project = self._merged()
+            return text, res.findings
         except Exception:
             log.exception("refreshing the index failed")
+            return None
+
+
+def _replace_exports(project: ProjectIndex, old, new, results) -> None:
+    """Swap one file's exports in ``project`` (``old`` -> ``new``) and recount the calls
+    between modules, instead of rebuilding the index of the whole workspace."""
+    if old is not None:
+        if old.module:
+            project.pending.pop(old.module, None)
+            dict.pop(project.stars, old.module, None)
+        for mine, theirs in ((project.summaries, old.summaries), (project.classes, old.classes),
+                             (project.reexports, old.reexports)):
+            for k in theirs:
+                dict.pop(mine, k, None)
+    project.add_exports(new.module, new.summaries, new.classes, new.reexports, new.stars)
+    counts = called_counts(list(results))
+    project.called = set(counts)
+    project.called_under_no_grad = {q for q, (n, under) in counts.items() if n and under == n}
 
 
 server = TorchlintServer()
@@ -334,9 +363,18 @@ async def initialized(ls: TorchlintServer, params: types.InitializedParams):
 
 
 def _index_then_refresh(ls: TorchlintServer) -> None:
+    import time
+
+    t0 = time.perf_counter()
     ls.index_workspace()
     loop = getattr(ls, "main_loop", None)
     if loop is None:
+        return
+    msg = types.LogMessageParams(types.MessageType.Info, f"torchlint: indexed {len(ls.project_results)} files "
+                                 f"of the workspace in {time.perf_counter() - t0:.2f} s")
+    try:
+        loop.call_soon_threadsafe(ls.window_log_message, msg)
+    except RuntimeError:  # loop closed
         return
     for uri in list(ls.docs):
         try:
@@ -366,10 +404,23 @@ async def did_save(ls: TorchlintServer, params: types.DidSaveTextDocumentParams)
     if uri not in ls.docs:
         return
     loop = asyncio.get_running_loop()
-    await loop.run_in_executor(None, ls.refresh_saved, uri)
+    done = await loop.run_in_executor(None, ls.refresh_saved, uri)
+    state = ls.docs.get(uri)
+    doc = ls.workspace.get_text_document(uri)
+    if done is not None and state is not None and doc.source == done[0]:
+        # the index's lint of the saved text is the document's lint: publish it, once
+        text, findings = done
+        if state.task is not None and not state.task.done():
+            state.task.cancel()
+        state.text, state.version, state.findings = text, doc.version, findings
+        ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(
+            uri=uri, diagnostics=ls.diagnostics(findings, text), version=doc.version))
+    else:
+        ls.schedule(uri, 0.0)
     # its summaries may change what the other open documents' rules conclude
     for other in list(ls.docs):
-        ls.schedule(other, 0.0)
+        if other != uri:
+            ls.schedule(other, 0.0)
 
 
 @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
