@@ -183,6 +183,8 @@ class _LspClient:
         import queue
         import threading
 
+        # ``python -m`` puts the working directory first on sys.path: not the corpus (the torch
+        # source has a ``types.py``); the workspace is the client's rootUri
         self.proc = subprocess.Popen([sys.executable, "-m", "torchlint", "lsp"], cwd=cwd, env=_env(),
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         self.inbox: "queue.Queue" = queue.Queue()
@@ -253,7 +255,7 @@ def lsp_save(root: str, cache_dir: str, touched: str, saves: int = 5) -> dict:
         orig = fh.read()
     st = os.stat(touched)
     uri = Path(touched).as_uri()
-    client = _LspClient(root)
+    client = _LspClient(os.path.dirname(os.path.abspath(root)))
     try:
         t0 = time.perf_counter()
         rid = client.send("initialize", {"processId": os.getpid(), "rootUri": Path(root).as_uri(), "capabilities": {},
