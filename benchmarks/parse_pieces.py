@@ -21,10 +21,11 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 
 def _peak(path: str, how: str) -> float:
-    code = ("import resource, sys, gc; gc.disable(); import libcst; from torchlint.parse import parse_module;"
+    code = ("import sys, gc; gc.disable(); import libcst; from torchlint.parse import parse_module;"
             f"src = open({path!r}, encoding='utf-8').read();"
             f"{'parse_module' if how == 'pieces' else 'libcst.parse_module'}(src);"
-            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)")
+            # VmHWM, not ru_maxrss: the latter keeps the forking parent's peak across exec
+            "print(next(int(l.split()[1]) / 1024 for l in open('/proc/self/status') if l.startswith('VmHWM')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": os.path.dirname(HERE)})
     return float(out.stdout.strip() or "nan")

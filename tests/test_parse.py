@@ -175,3 +175,63 @@ def test_a_long_class_is_parsed_a_few_members_at_a_time(small_pieces, pieces):
     assert isinstance(module.body[2], cst.ClassDef)
     parsed = [text for kind, text in pieces if kind == "module"][:-1]
     assert max(len(t.splitlines()) for t in parsed) < 20  # no piece holds the whole class
+
+
+def test_the_lines_around_cuts_come_back_as_in_the_whole_file(small_pieces):
+    members = "".join(f"    def f{i}(self):\n        return {i}\n" for i in range(8))
+    # comments between a class's header and its first member; a deep comment after a member,
+    # past a column-0 one (libcst gives both to that member's footer)
+    _same_as_whole("import os\n\n\nclass A:\n\n# col0\n        # deep\n" + members
+                   + "\n# col0\n        # deep\n    z = 1\n" + members.replace("def f", "def g"))
+    # no newline at the end of a file that ends inside a long class
+    _same_as_whole("import os\n\n\nclass A:\n" + members + "    z = 1")
+    # libcst 1.9 drops the blank line of "x = 1\n\n    # c\n" when that is all it parses: a
+    # piece must not end so
+    _same_as_whole("".join(f"import m{i}\n" for i in range(8)) + "\n    # stray comment\n"
+                   + "".join(f"x{i} = {i}\n" for i in range(8)))
+
+
+def test_mutated_real_files_parse_in_pieces_as_they_parse_whole(small_pieces):
+    """Real files of this repository, broken and reshaped at random lines (a fixed seed):
+    truncated, without their last newline, with stray or deep comments, unclosed brackets,
+    stray quotes, tabs, dedented lines. Both parses fail alike or give equal trees."""
+    import random
+
+    rng = random.Random(20261126)
+    files = _python_files()
+    sources = [open(p, encoding="utf-8").read() for p in files]
+    sources = [s for s in sources if 40 < s.count("\n") < 1500]
+
+    def mutate(src: str) -> str:
+        lines = src.splitlines(keepends=True)
+        i = rng.randrange(len(lines))
+        how = rng.randrange(8)
+        if how == 0:
+            return "".join(lines[:i])
+        if how == 1:
+            return src.rstrip("\n")
+        if how == 2:
+            return "".join(lines[:i] + ["\n", "    # stray comment\n"] + lines[i:])
+        if how == 3:
+            return "".join(lines[:i] + ["x = (\n"] + lines[i:])
+        if how == 4:
+            return "".join(lines[:i] + ['"""\n'] + lines[i:])
+        if how == 5:
+            return src.replace("    ", "\t")
+        if how == 6:
+            return "".join(lines[:i] + ["\n", "# col0\n", "        # deep\n"] + lines[i:])
+        return "".join(lines[:i] + [lines[i].lstrip()] + lines[i + 1:])
+
+    for _ in range(150):
+        src = rng.choice(sources)
+        for _ in range(rng.randint(1, 3)):
+            src = mutate(src) or "\n"
+        try:
+            whole = cst.parse_module(src)
+        except cst.ParserSyntaxError:
+            with pytest.raises(cst.ParserSyntaxError):
+                parse_module(src)
+            continue
+        ours = parse_module(src)
+        assert ours.code == whole.code
+        assert ours.deep_equals(whole)

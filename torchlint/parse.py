@@ -252,7 +252,7 @@ def _split_class(piece: str):
         if end < len(piece):
             rest = cst.parse_module(piece[end:])
             footer = [*footer, *rest.header, *rest.footer]
-        return skeleton.with_changes(body=[node], footer=footer)
+        return skeleton.with_changes(body=[node], footer=footer, has_trailing_newline=piece.endswith("\n"))
     except (_NotSplit, cst.ParserSyntaxError):
         return None
 
@@ -298,29 +298,49 @@ def _members(text: str, start: int, end: int, own: str):
     return (ind, starts) if ind is not None and starts else None
 
 
+def _leading_lines(text: str, at: int, floor: int) -> int:
+    """``at`` moved back over the blank and comment lines just above it, not before ``floor``."""
+    while at > floor:
+        prev = text.rfind("\n", 0, at - 1) + 1
+        if prev < floor or not _NOTHING.fullmatch(text, prev, at):
+            break
+        at = prev
+    return at
+
+
 def _member_cut(text: str, at: int, floor: int, ind: str) -> int:
     """Where the piece of the member statement at ``at`` (indentation ``ind``) begins: before
     the blank and comment lines above it, except those libcst gives to the footer of the
-    member before it (the comments indented deeper than ``ind`` that come before any at
-    ``ind`` or less). Not before ``floor``."""
-    first = at
-    while first > floor:
-        prev = text.rfind("\n", 0, first - 1) + 1
-        if prev < floor or not _NOTHING.fullmatch(text, prev, first):
-            break
-        first = prev
+    member before it (up to the last comment indented deeper than ``ind``). Not before
+    ``floor``."""
+    first = _leading_lines(text, at, floor)
     cut = first
     pos = first
     while pos < at:
         nl = text.index("\n", pos) + 1
         line = text[pos:nl]
         body = line.lstrip(" \t")
-        if body.startswith("#"):
-            if len(line) - len(body) <= len(ind):
-                break
+        if body.startswith("#") and len(line) - len(body) > len(ind):
             cut = nl
         pos = nl
     return cut
+
+
+def _risky_tail(text: str) -> bool:
+    """Whether ``text`` ends with an indented comment among its last blank and comment lines:
+    libcst 1.9 may drop a blank line before such a comment at the end of what it parses
+    (``x = 1\\n\\n    # c\\n`` comes back without its blank line), so a piece that ends so
+    is checked (its code regenerated) before it is used."""
+    end = len(text)
+    while end > 0:
+        prev = text.rfind("\n", 0, end - 1) + 1
+        line = text[prev:end]
+        if not _NOTHING.fullmatch(line):
+            return False
+        if line[:1] in (" ", "\t") and line.lstrip(" \t").startswith("#"):
+            return True
+        end = prev
+    return False
 
 
 def _wrapped(levels: list, body: str):
@@ -331,7 +351,10 @@ def _wrapped(levels: list, body: str):
     import libcst as cst
 
     outer = ["", *levels[:-1]]
-    module = cst.parse_module("".join(ind + "if 1:\n" for ind in outer) + body)
+    src = "".join(ind + "if 1:\n" for ind in outer) + body
+    module = cst.parse_module(src)
+    if _risky_tail(body) and module.code != src:
+        raise _NotSplit
     if module.header or len(module.body) != 1:
         raise _NotSplit
     footers = [module.footer]
@@ -357,7 +380,8 @@ def _class(text: str, start: int, end: int, levels: list):
     if found is None:
         raise _NotSplit
     ind, starts = found
-    cuts = [_member_cut(text, s, start, ind) for s in starts] + [end]
+    # the lines between the header and the first member all lead that member
+    cuts = [_leading_lines(text, starts[0], start)] + [_member_cut(text, s, start, ind) for s in starts[1:]] + [end]
     groups = []
     a = 0
     while a < len(cuts) - 1:  # a group covers cuts[a]..cuts[b]; a long member stands alone
@@ -422,9 +446,12 @@ def _parse_in_pieces(text: str):
                 module = None
                 if piece.count("\n") >= BIG_LINES and "\r" not in piece:
                     module = _split_literal(piece) or _split_class(piece)
-                parts.append(module or cst.parse_module(piece))
+                module = module or cst.parse_module(piece)
+                if j < len(cuts) - 1 and _risky_tail(piece) and module.code != piece:
+                    raise _NotSplit  # joined to the next piece, where the comment is not last
+                parts.append(module)
                 break
-            except cst.ParserSyntaxError:
+            except (cst.ParserSyntaxError, _NotSplit):
                 retries += 1
                 if j == len(cuts) - 1 or retries > _MAX_RETRIES:
                     return cst.parse_module(text)  # the whole file: libcst's own error
