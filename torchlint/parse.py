@@ -94,24 +94,12 @@ def _split_literal(piece: str):
     tree of it in memory at once. None where the piece is anything else."""
     import libcst as cst
 
-    depth = 0
-    first_line = piece.find("\n")  # the literal opens on the statement's first line
-    for m in _TOKEN.finditer(piece, 0, first_line):
-        at = m.start()
-        ch = piece[at]
-        if ch in "[{(":
-            if depth == 0 and ch != "(" and _ASSIGNED.search(piece, 0, at):
-                break
-            depth += 1
-        elif ch in "]})":
-            depth -= 1
-    else:
-        return None
-    found = _elements(piece, at)
+    # the literal opens on the statement's first line, after its ``=``
+    found = _open_literal(piece, 0, piece.find("\n"), lambda at: _ASSIGNED.search(piece, 0, at))
     if found is None:
         return None
     try:
-        close_at, starts = found
+        at, close_at, starts = found
         skeleton = cst.parse_module(piece[:at] + "0" + piece[close_at + 1:])
         stmt = skeleton.body[0] if len(skeleton.body) == 1 else None
         small = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 else None
@@ -121,6 +109,24 @@ def _split_literal(piece: str):
         return skeleton.with_changes(body=[stmt.with_changes(body=[small.with_changes(value=value)])])
     except Exception:  # not a plain list or dict (a comprehension...), or a syntax error:
         return None    # the piece is parsed whole, which reports the error if there is one
+
+
+def _open_literal(text: str, start: int, end: int, here):
+    """The first list, dict or set literal at bracket depth 0 in ``text[start:end]`` whose
+    opening bracket ``here(offset)`` accepts: (its bracket, its closing bracket, where its
+    elements begin), or None."""
+    depth = 0
+    for m in _TOKEN.finditer(text, start, end):
+        at = m.start()
+        ch = text[at]
+        if ch in "[{(":
+            if depth == 0 and ch != "(" and here(at):
+                found = _elements(text, at)
+                return None if found is None else (at, *found)
+            depth += 1
+        elif ch in "]})":
+            depth -= 1
+    return None
 
 
 def _elements(text: str, open_at: int):
@@ -207,22 +213,11 @@ def _nested(text: str, start: int, end: int):
     and element starts; else None."""
     if text.count("\n", start, end) < BIG_LINES:
         return None
-    depth = 0
-    for m in _TOKEN.finditer(text, start, end):
-        at = m.start()
-        ch = text[at]
-        if ch in "[{(":
-            if depth == 0 and ch != "(" and (at == start or text[start:at].rstrip().endswith(":")):
-                break  # the element, or the value of ``key:``
-            depth += 1
-        elif ch in "]})":
-            depth -= 1
-    else:
-        return None
-    found = _elements(text, at)
+    # the element itself, or the value of ``key:``
+    found = _open_literal(text, start, end, lambda at: at == start or text[start:at].rstrip().endswith(":"))
     if found is None:
         return None
-    close_at, starts = found
+    at, close_at, starts = found
     rest = _GAP.match(text, close_at + 1).end()
     if text.startswith(",", rest):
         rest = _GAP.match(text, rest + 1).end()
