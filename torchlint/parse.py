@@ -57,7 +57,8 @@ _ASSIGNED = re.compile(r"(?<![=<>!:+\-*/%&|^@])=[ \t]*$")
 
 def _cuts(text: str) -> list:
     """Offsets where a piece of about CHUNK_LINES lines may begin (the first is 0). A
-    statement of BIG_LINES lines or more gets a piece of its own (see ``_split_literal``)."""
+    statement of BIG_LINES lines or more gets a piece of its own (see ``_split_literal`` and
+    ``_split_class``)."""
     cuts = [0]
     line = 1  # line of offset ``pos``
     pos = 0
@@ -240,6 +241,8 @@ def _split_class(piece: str):
     (``_class``). None where the piece is anything else."""
     import libcst as cst
 
+    if not re.match(r"(?:@[^\n]*\n)*class\b", piece):  # (a decorator's arguments may span lines:
+        return None                                     #  such a class is parsed whole)
     # the class ends where libcst ends it: with the indented comments after its last line
     end = _member_cut(piece, len(piece), 0, "")
     try:
