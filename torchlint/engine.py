@@ -437,13 +437,18 @@ def _merge(project: ProjectIndex, results) -> None:
     """The project's exports from ``results``; a cached result not read yet stays pending
     (read when a name of its module is looked up)."""
     project.clear_exports()
-    counts = called_counts(results)
-    project.called = set(counts)
-    project.called_under_no_grad = {q for q, (n, under) in counts.items() if n and under == n}
+    count_calls(project, results)
     for r in results:
         if r.is_lazy() and (not r.module or project.defer(r)):
             continue  # read when a name of its module is looked up (a file not parsed has none)
         project.add_exports(r.module, r.summaries, r.classes, r.reexports, r.stars)
+
+
+def count_calls(project: ProjectIndex, results) -> None:
+    """The project's sets of functions other modules call (at all; only under ``no_grad``)."""
+    counts = called_counts(results)
+    project.called = set(counts)
+    project.called_under_no_grad = {q for q, (n, under) in counts.items() if n and under == n}
 
 
 def called_counts(results) -> dict:

@@ -31,7 +31,7 @@ from . import __version__
 from .config import ConfigError, find_config_file, load_config
 from .docs import rule_markdown
 from .cache import Cache
-from .engine import _GC_THRESHOLD, LintOptions, _merge, build_project_modules, called_counts, lint_text, run
+from .engine import _GC_THRESHOLD, LintOptions, _merge, build_project_modules, count_calls, lint_text, run
 from .findings import UNSAFE, Finding
 from .fixer import fix_text, fixable_codes, noqa_text
 from .fixes import split_lines
@@ -238,6 +238,10 @@ class TorchlintServer(LanguageServer):
             return  # closed meanwhile
         if self.workspace.get_text_document(uri).source != text:
             return  # an edit arrived meanwhile; its own (debounced) lint will publish
+        self.publish(uri, state, text, version, findings)
+
+    def publish(self, uri: str, state, text: str, version, findings) -> None:
+        """The document's diagnostics are those of this lint of ``text``."""
         state.text, state.version, state.findings = text, version, findings
         self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(
             uri=uri, diagnostics=self.diagnostics(findings, text), version=version))
@@ -330,9 +334,7 @@ def _replace_exports(project: ProjectIndex, old, new, results) -> None:
             for k in theirs:
                 dict.pop(mine, k, None)
     project.add_exports(new.module, new.summaries, new.classes, new.reexports, new.stars)
-    counts = called_counts(list(results))
-    project.called = set(counts)
-    project.called_under_no_grad = {q for q, (n, under) in counts.items() if n and under == n}
+    count_calls(project, list(results))
 
 
 server = TorchlintServer()
@@ -417,12 +419,9 @@ async def did_save(ls: TorchlintServer, params: types.DidSaveTextDocumentParams)
     doc = ls.workspace.get_text_document(uri)
     if done is not None and state is not None and doc.source == done[0]:
         # the index's lint of the saved text is the document's lint: publish it, once
-        text, findings = done
         if state.task is not None and not state.task.done():
             state.task.cancel()
-        state.text, state.version, state.findings = text, doc.version, findings
-        ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(
-            uri=uri, diagnostics=ls.diagnostics(findings, text), version=doc.version))
+        ls.publish(uri, state, done[0], doc.version, done[1])
     else:
         ls.schedule(uri, 0.0)
     # its summaries may change what the other open documents' rules conclude

@@ -175,13 +175,7 @@ def _literal(text: str, open_at: int, close_at: int, starts: list):
     tail = "rbracket" if opener == "[" else "rbrace"
     elements = []
     first = last = None
-    i = 0
-    while i < len(starts):
-        j = i + 1
-        while j < len(starts) and text.count("\n", starts[i], starts[j]) < CHUNK_LINES:
-            if text.count("\n", starts[j], starts[j + 1] if j + 1 < len(starts) else close_at) >= CHUNK_LINES:
-                break  # a long element is a group of its own (it may be a nested table)
-            j += 1
+    for i, j in _groups(text, starts + [close_at]):
         begin = open_at + 1 if i == 0 else starts[i]  # the first group keeps the blanks after the bracket
         end = starts[j] if j < len(starts) else close_at
         inner = _nested(text, starts[i], end) if j == i + 1 else None
@@ -204,8 +198,24 @@ def _literal(text: str, open_at: int, close_at: int, starts: list):
             got[-1] = got[-1].with_changes(comma=got[-1].comma.with_changes(whitespace_after=ws))
         elements.extend(got)
         last = node
-        i = j
     return first.with_changes(elements=elements, **{tail: getattr(last, tail)})
+
+
+def _groups(text: str, bounds: list) -> list:
+    """Consecutive spans ``bounds[i]..bounds[i + 1]`` gathered into groups of about
+    CHUNK_LINES lines, as index pairs ``(i, j)`` (the group runs from ``bounds[i]`` to
+    ``bounds[j]``); a span of CHUNK_LINES lines or more is a group of its own (it may be
+    split further)."""
+    out = []
+    i, last = 0, len(bounds) - 1
+    while i < last:
+        j = i + 1
+        while j < last and text.count("\n", bounds[i], bounds[j]) < CHUNK_LINES \
+                and text.count("\n", bounds[j], bounds[j + 1]) < CHUNK_LINES:
+            j += 1
+        out.append((i, j))
+        i = j
+    return out
 
 
 def _nested(text: str, start: int, end: int):
@@ -380,15 +390,7 @@ def _class(text: str, start: int, end: int, levels: list):
     ind, starts = found
     # the lines between the header and the first member all lead that member
     cuts = [_leading_lines(text, starts[0], start)] + [_member_cut(text, s, start, ind) for s in starts[1:]] + [end]
-    groups = []
-    a = 0
-    while a < len(cuts) - 1:  # a group covers cuts[a]..cuts[b]; a long member stands alone
-        b = a + 1
-        while b < len(cuts) - 1 and text.count("\n", cuts[a], cuts[b]) < CHUNK_LINES \
-                and text.count("\n", cuts[b], cuts[b + 1]) < CHUNK_LINES:
-            b += 1
-        groups.append((cuts[a], cuts[b]))
-        a = b
+    groups = [(cuts[i], cuts[j]) for i, j in _groups(text, cuts)]
     head = text[start:cuts[0]] + ind + "pass\n"  # the members replace the ``pass``
     if levels:
         stmts, footers = _wrapped(levels, head)
@@ -406,8 +408,8 @@ def _class(text: str, start: int, end: int, levels: list):
         got = None
         if text.count("\n", a, b) >= BIG_LINES:
             at = a
-            while _NOTHING.match(text, at):
-                at = _NOTHING.match(text, at).end()
+            while (blank := _NOTHING.match(text, at)) is not None:
+                at = blank.end()
             if text.startswith(("class ", "@"), at + len(ind)):
                 try:
                     _, sub, footers = _class(text, a, b, inner)
