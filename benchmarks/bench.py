@@ -8,7 +8,10 @@ For each corpus, in one invocation, on the same files and the same number of pro
 
 * torchlint cold     (empty cache: every file read, prefiltered, parsed when a rule could fire)
 * torchlint warm     (cache filled, nothing changed: no file parsed)
-* torchlint touched  (one file edited: it is re-linted, plus the files whose answers changed)
+* torchlint touched  (one file edited: it is re-linted, plus the files whose answers changed;
+                      the most imported module, and a file of the median size)
+* torchlint daemon   (warm and touched again, answered by ``torchlint daemon``: a process that
+                      keeps the imports warm and forks a worker per request)
 * torchlint lsp      (the language server in the same tree, its index read from that cache:
                       from saving an edit of the same file to its diagnostics, a long-lived
                       process as in an editor; needs ``torchlint[lsp]``)
@@ -176,6 +179,36 @@ def pick_touched(files) -> str:
     return best or files[0]
 
 
+def pick_median(files) -> str:
+    """A file of the corpus's median size in lines (the typical edit)."""
+    sized = []
+    for f in files:
+        with open(f, "rb") as fh:
+            sized.append((fh.read().count(b"\n"), f))
+    sized.sort()
+    return sized[len(sized) // 2][1]
+
+
+def touched_run(cmd, root: str, touched: str, env_extra=None) -> dict:
+    """``cmd`` after an edit of ``touched`` (a comment appended, never seen by the cache
+    before); the file is restored and the cache brought back to that state afterwards."""
+    with open(touched, "rb") as fh:
+        orig = fh.read()
+    st = os.stat(touched)
+    try:
+        with open(touched, "ab") as fh:
+            fh.write(b"\n# touched by benchmarks/bench.py at %d\n" % time.time_ns())
+        r = _run(cmd, env_extra)
+        n_lines = orig.count(b"\n")
+        r["touched"] = f"{os.path.relpath(touched, root)}, {n_lines:,} lines"
+    finally:
+        with open(touched, "wb") as fh:
+            fh.write(orig)
+        os.utime(touched, ns=(st.st_atime_ns, st.st_mtime_ns))
+    _run(cmd, env_extra)  # the snapshot of the unchanged tree again
+    return r
+
+
 class _LspClient:
     """A minimal JSON-RPC client of ``torchlint lsp`` over stdio (for timing, no dependency)."""
 
@@ -324,19 +357,28 @@ def bench_corpus(name, root, args, scratch) -> dict:
         row("torchlint cold", _run(torchlint_cmd([root], cache, jobs)))
         row("torchlint warm", _run(torchlint_cmd([root], cache, jobs)))
         touched = pick_touched(files)
-        with open(touched, "rb") as fh:
-            orig = fh.read()
-        st = os.stat(touched)
-        try:
-            with open(touched, "ab") as fh:
-                fh.write(b"\n# touched by benchmarks/bench.py\n")
-            r = _run(torchlint_cmd([root], cache, jobs))
-            r["touched"] = os.path.relpath(touched, root)
-            row("torchlint touched", r)
-        finally:
-            with open(touched, "wb") as fh:
-                fh.write(orig)
-            os.utime(touched, ns=(st.st_atime_ns, st.st_mtime_ns))
+        median = pick_median(files)
+        cmd = torchlint_cmd([root], cache, jobs)
+        row("torchlint touched", touched_run(cmd, root, touched))
+        row("torchlint touched, median file", touched_run(cmd, root, median))
+        if "daemon" in args.tools:
+            # the same commands, answered by a `torchlint daemon` (imports kept warm, a forked
+            # worker per request); its socket lives in the scratch folder
+            denv = {"XDG_RUNTIME_DIR": os.path.join(scratch, "run")}
+            os.makedirs(denv["XDG_RUNTIME_DIR"], mode=0o700, exist_ok=True)
+            start = subprocess.run([sys.executable, "-m", "torchlint", "daemon", "start"], env=_env(denv),
+                                   capture_output=True, text=True)
+            if start.returncode == 0:
+                try:
+                    _run(cmd, denv)  # its first request (the parent's pages are still cold)
+                    row("torchlint warm (daemon)", _run(cmd, denv))
+                    row("torchlint touched (daemon)", touched_run(cmd, root, touched, denv))
+                    row("torchlint touched, median file (daemon)", touched_run(cmd, root, median, denv))
+                finally:
+                    subprocess.run([sys.executable, "-m", "torchlint", "daemon", "stop"], env=_env(denv),
+                                   capture_output=True)
+            else:
+                print(f"  torchlint daemon: not measured ({start.stderr.strip()})", file=sys.stderr)
         if "lsp" in args.tools:
             try:
                 r = lsp_save(root, cache, touched)
@@ -428,7 +470,7 @@ def main(argv=None) -> int:
     ap.add_argument("checkouts", nargs="*", help="more corpora (folders)")
     ap.add_argument("--jobs", "-j", type=int, default=2)
     ap.add_argument("--no-torch", action="store_true", help="skip the installed torch package's source")
-    ap.add_argument("--tools", default="torchlint,lsp,torchfix,libcst,ruff")
+    ap.add_argument("--tools", default="torchlint,daemon,lsp,torchfix,libcst,ruff")
     ap.add_argument("--torchfix", default="/tmp/tfenv/bin/torchfix" if os.path.exists("/tmp/tfenv/bin/torchfix") else None)
     ap.add_argument("--torchfix-every", type=int, default=1,
                     help="run TorchFix on every K-th file only (it is slow); compared by lines/s")

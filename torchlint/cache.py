@@ -23,11 +23,29 @@ import time
 from typing import Optional
 
 from . import __version__
+from .discover import abspath
 
 _TAG = ("Signature: 8a477f597d28d172789f06886806bc55\n"
         "# This file is a cache directory tag created by torchlint.\n"
         "# For information about cache directory tags see https://bford.info/cachedir/\n")
 _RACY_NS = 2_000_000_000  # an mtime this close to "now" may not change on the next edit
+
+# Writes of a run's snapshot and stat index that wait until its report is out (the daemon's
+# worker answers its client first, then writes them: the next run only needs them to be fast,
+# and until they are replaced it reads the previous ones, which stay consistent).
+_DEFERRED: list = []
+_DEFER = [False]
+
+
+def defer_writes(on: bool = True) -> None:
+    """From now on, keep the run snapshot and index writes for :func:`write_deferred`."""
+    _DEFER[0] = on
+
+
+def write_deferred() -> None:
+    """Do the writes kept by :func:`defer_writes` (in order)."""
+    while _DEFERRED:
+        _DEFERRED.pop(0)()
 
 
 class Cache:
@@ -139,7 +157,7 @@ class Cache:
 
     def content_hash(self, path: str) -> Optional[str]:
         """The sha256 of ``path``'s bytes, from the index when its stat is unchanged."""
-        ap = os.path.abspath(path)
+        ap = abspath(path)
         try:
             st = os.stat(ap)
         except OSError:
@@ -165,6 +183,12 @@ class Cache:
 
     def flush(self) -> None:
         """Write the index (when it changed); the engine calls this at the end of a run."""
+        if _DEFER[0]:
+            _DEFERRED.append(self._flush)
+            return
+        self._flush()
+
+    def _flush(self) -> None:
         if not self._dirty or self._index is None or not self._ensure():
             return
         # forget files that no longer exist, so the index does not grow without bound
@@ -185,7 +209,7 @@ class Cache:
         h = hashlib.sha256()
         h.update(__version__.encode())
         h.update(self._fingerprint(opts).encode())
-        h.update(os.path.abspath(path).encode())
+        h.update(abspath(path).encode())
         h.update(digest.encode())
         return h.hexdigest()
 
@@ -222,7 +246,7 @@ class Cache:
     def put(self, path: str, opts, result) -> None:
         if result is None or result.error or result.internal_error or not self._ensure():
             return
-        ap = os.path.abspath(path)
+        ap = abspath(path)
         seen = self._seen.get(ap)
         try:
             st = os.stat(ap)
@@ -262,7 +286,21 @@ class Cache:
                 self._store = _Snapshot(memoryview(blob)[len(token):], d["spans"], d["called"])
                 self._full = d["results"]
                 self._full_paths = d.get("paths")
+                keys = d.get("keys")
+                if isinstance(self._full_paths, list) and isinstance(keys, list) \
+                        and len(keys) == len(self._full_paths):
+                    self._last_keys = dict(zip(self._full_paths, keys))
         return self._full
+
+    def last_exports(self, path: str, opts) -> Optional[dict]:
+        """What ``path`` exported in the last run (its module key and exports, as
+        ``FileResult.exports`` gives them), or ``None`` when that run did not lint it."""
+        self._full_snapshot(opts)
+        key = self.__dict__.get("_last_keys", {}).get(abspath(path))
+        if key is None or self._store is None or key not in self._full or key not in self._store.spans:
+            return None
+        d = self._store.load(key)
+        return dict(d, module=self._full[key].get("module", "")) if d else None
 
     def files_gone_since_last_run(self, files, opts) -> bool:
         """Whether a file of the last run is no longer linted (its importers' answers change
@@ -270,7 +308,7 @@ class Cache:
         self._full_snapshot(opts)
         if not isinstance(self._full_paths, list):
             return True
-        return bool(set(self._full_paths) - {os.path.abspath(f) for f in files})
+        return bool(set(self._full_paths) - {abspath(f) for f in files})
 
     def _run_digest(self, files, opts) -> Optional[str]:
         h = hashlib.sha256()
@@ -286,11 +324,15 @@ class Cache:
         """The results of the last run if it linted exactly these files, unchanged."""
         from .engine import FileResult
 
-        d = self._read_json(self._snapshot_file(opts, ".json"))
-        if d is None:
-            return None
         digest = self._run_digest(files, opts)
-        if digest is None or d.get("digest") != digest:
+        data = self._read_bytes(self._snapshot_file(opts, ".json")) if digest is not None else None
+        if data is None or digest.encode() not in data[:200]:
+            return None  # another run's: not worth decoding
+        try:
+            d = json.loads(data)
+        except ValueError:
+            return None
+        if not isinstance(d, dict) or d.get("version") != __version__ or d.get("digest") != digest:
             return None
         try:
             if len(d["results"]) != len(files):
@@ -307,6 +349,12 @@ class Cache:
         results for the next run where something changed: an index (findings, questions,
         where each result's exports are) and one blob of exports, copied as they are for the
         results that were not read."""
+        if _DEFER[0]:
+            _DEFERRED.append(lambda: self._put_run(files, opts, results))
+            return
+        self._put_run(files, opts, results)
+
+    def _put_run(self, files, opts, results) -> None:
         from .engine import called_counts
 
         if any(r is None or r.error or r.internal_error for r in results) or not self._ensure():
@@ -316,27 +364,30 @@ class Cache:
             return
         token = os.urandom(16).hex()
         blob = bytearray(token.encode())
-        lite, full, spans = [], {}, {}
+        lite, full, spans, keys = [], {}, {}, []
         for f, r in zip(files, results):
             d = r.to_lite_json()
             h = self.run_hash(f)
             if h is not None:
                 key = self._key(f, h, opts)
+                keys.append(key)
                 full[key] = d
-                src = r.__dict__.get("_lazy") if r.is_lazy() else None
+                src = r.__dict__.get("_lazy")  # read or not, its exports are the snapshot's
                 try:
                     raw = bytes(src.store.raw(src.key)) if src is not None else json.dumps(r.exports()).encode()
                 except (TypeError, ValueError, KeyError):
                     return  # not serialisable: no snapshot (each file's entry is still written)
                 spans[key] = [len(blob) - len(token), len(raw)]
                 blob += raw
+            else:
+                keys.append(None)
             lite.append(dict(d, summaries={}, classes={}, reexports={}, called=[], stars=[], queries=[]))
         called = called_counts(results)
         # the blob first: an index is never paired with another run's blob (the token)
         if self._write_bytes(self._snapshot_file(opts, "-exports.bin"), bytes(blob)):
             self._write_json(self._snapshot_file(opts, "-index.json"), {
                 "version": __version__, "results": full, "spans": spans, "called": called, "token": token,
-                "paths": [os.path.abspath(p) for p in files]})
+                "paths": [abspath(p) for p in files], "keys": keys})
         self._write_json(self._snapshot_file(opts, ".json"),
                          {"version": __version__, "digest": digest, "results": lite})
 

@@ -59,21 +59,27 @@ def _load_gitignore(d: str):
 
 
 _EXCLUDE_RE: dict = {}
+_GLOB = re.compile(r"[*?\[]")
 
 
 def _exclude_matchers(patterns):
-    """Two compiled regexes for a pattern list: one for the base name, one for the path
-    (``pat``, ``*/pat`` or ``*/pat/*``). One match per entry instead of 4 per pattern."""
+    """For a pattern list: the literal names (``.git``, ``build``) as a set, and two compiled
+    regexes for the glob patterns, one for the base name, one for the path (``pat``,
+    ``*/pat`` or ``*/pat/*``). One match per entry instead of 4 per pattern."""
     key = tuple(patterns)
     m = _EXCLUDE_RE.get(key)
     if m is None:
-        names, paths = [], []
+        literal, names, paths = set(), [], []
         for pat in key:
             p = pat.rstrip("/")
+            if not _GLOB.search(p) and "/" not in p:
+                literal.add(p)
+                continue
             names.append(fnmatch.translate(p))
             paths += [fnmatch.translate(p), fnmatch.translate("*/" + p), fnmatch.translate("*/" + p + "/*")]
         never = re.compile(r"(?!)")
-        m = (re.compile("|".join(names)) if names else never, re.compile("|".join(paths)) if paths else never)
+        m = (frozenset(literal), re.compile("|".join(names)) if names else never,
+             re.compile("|".join(paths)) if paths else never)
         _EXCLUDE_RE[key] = m
     return m
 
@@ -81,9 +87,16 @@ def _exclude_matchers(patterns):
 def _excluded(path: str, patterns) -> bool:
     if not patterns:
         return False
-    name_re, path_re = _exclude_matchers(patterns)
+    literal, name_re, path_re = _exclude_matchers(patterns)
     name = os.path.basename(path.rstrip(os.sep))
-    return bool(name_re.match(name) or path_re.match(path.replace(os.sep, "/")))
+    path = path.replace(os.sep, "/")
+    if literal:
+        # a literal ``pat`` matches what its three globs match: the name, the whole path, or
+        # a component with a folder before and something after it
+        parts = path.split("/")
+        if name in literal or path in literal or not literal.isdisjoint(parts[1:-1]):
+            return True
+    return bool(name_re.match(name) or path_re.match(path))
 
 
 def discover(paths, exclude=(), respect_gitignore=True, follow_symlinks=False,
@@ -95,8 +108,9 @@ def discover(paths, exclude=(), respect_gitignore=True, follow_symlinks=False,
     def inside_roots(real: str) -> bool:
         return any(real == r or real.startswith(r.rstrip(os.sep) + os.sep) for r in roots)
 
-    def add(path: str):
-        key = os.path.realpath(path)
+    def add(path: str, key: str = None):
+        if key is None:
+            key = os.path.realpath(path)
         if key not in seen:
             seen.add(key)
             out.files.append(path)
@@ -132,7 +146,8 @@ def discover(paths, exclude=(), respect_gitignore=True, follow_symlinks=False,
                 if gi:
                     ignores.append(gi)
         visited_dirs = set()
-        _walk(p, exclude, ignores, respect_gitignore, follow_symlinks, inside_roots, visited_dirs, add, out)
+        _walk(p, exclude, ignores, respect_gitignore, follow_symlinks, inside_roots, visited_dirs, add, out,
+              os.path.realpath(p))
     return out
 
 
@@ -145,11 +160,9 @@ def _ignored(path: str, is_dir: bool, ignores) -> bool:
     return bool(res)
 
 
-def _walk(d, exclude, ignores, respect_gitignore, follow_symlinks, inside_roots, visited, add, out):
-    try:
-        real = os.path.realpath(d)
-    except OSError:
-        return
+def _walk(d, exclude, ignores, respect_gitignore, follow_symlinks, inside_roots, visited, add, out, real):
+    """Walk folder ``d`` whose real path is ``real`` (a plain subfolder's real path is its
+    parent's joined with its name: ``realpath`` only for symbolic links)."""
     if real in visited:
         return  # a symlink loop
     visited.add(real)
@@ -166,6 +179,7 @@ def _walk(d, exclude, ignores, respect_gitignore, follow_symlinks, inside_roots,
         path = os.path.join(d, e.name)
         try:
             is_link = e.is_symlink()
+            target = os.path.join(real, e.name)
             if is_link:
                 target = os.path.realpath(path)
                 if not follow_symlinks and not inside_roots(target):
@@ -180,14 +194,14 @@ def _walk(d, exclude, ignores, respect_gitignore, follow_symlinks, inside_roots,
         if is_dir:
             if is_link and not os.path.exists(path):
                 continue
-            _walk(path, exclude, ignores, respect_gitignore, follow_symlinks, inside_roots, visited, add, out)
+            _walk(path, exclude, ignores, respect_gitignore, follow_symlinks, inside_roots, visited, add, out, target)
         elif e.name.endswith(EXTENSIONS):
-            add(path)
+            add(path, target)
 
 
 def module_name_for(path: str) -> tuple[str, bool]:
     """Dotted module name from the package structure on disk, and whether it is a package."""
-    path = os.path.abspath(path)
+    path = abspath(path)
     d, base = os.path.split(path)
     stem = base.rsplit(".", 1)[0]
     is_pkg = stem == "__init__"
@@ -202,6 +216,21 @@ _PACKAGES: dict = {}  # folder -> its dotted package name ("" outside packages),
 
 def forget_packages() -> None:
     _PACKAGES.clear()
+    _ABSPATHS.clear()
+
+
+_ABSPATHS: dict = {}  # path -> os.path.abspath(path), for one run (it calls getcwd() each time)
+
+
+def abspath(path: str) -> str:
+    """``os.path.abspath``, once per path and run (the cache, the module table and the
+    engine each ask for every file of the tree)."""
+    got = _ABSPATHS.get(path)
+    if got is None:
+        if len(_ABSPATHS) > 200_000:  # a long-lived process (the language server)
+            _ABSPATHS.clear()
+        got = _ABSPATHS[path] = os.path.abspath(path)
+    return got
 
 
 def _package_of(d: str) -> str:

@@ -506,6 +506,28 @@ def _queried_unparsed(project: ProjectIndex, files, results, fresh=None) -> list
     return sorted(out)
 
 
+def _same_exports(cache, path: str, result, opts, memo: dict, i: int) -> bool:
+    """Whether ``result`` exports what its file exported in the last run (then no other
+    file's answers can differ from that run's because of it: an early cutoff)."""
+    got = memo.get(i)
+    if got is None or got[0] is not result:
+        got = memo[i] = (result, _compare_exports(cache, path, result, opts))
+    return got[1]
+
+
+def _compare_exports(cache, path: str, result, opts) -> bool:
+    last_exports = getattr(cache, "last_exports", None) if cache is not None else None
+    if last_exports is None or result.is_lazy():
+        return result.is_lazy() and getattr(result, "from_last_run", False)
+    old = last_exports(path, opts)
+    if old is None or old.pop("module", "") != result.module:
+        return False
+    try:
+        return json.dumps(old, sort_keys=True) == json.dumps(result.exports(), sort_keys=True)
+    except (TypeError, ValueError):
+        return False
+
+
 def _may_depend(queries, changed: set) -> bool:
     """Whether a file's questions concern one of the ``changed`` module keys (a cached file
     whose questions do not cannot get different answers)."""
@@ -626,6 +648,7 @@ def _run(files, opts: LintOptions, jobs: int, cache, progress) -> list:
             or cache.files_gone_since_last_run(files, opts)
         fresh = set(order) | {i for i, r in enumerate(results)
                               if i not in todo_set and not getattr(r, "from_last_run", False)}
+        last: dict = {}  # index -> (result, same exports as the last run?): _same_exports's memo
         # later passes: re-lint the files whose cross-module answers changed
         for _ in range(3):
             _merge(project, results)
@@ -639,12 +662,15 @@ def _run(files, opts: LintOptions, jobs: int, cache, progress) -> list:
                     fresh.add(i)
                 _merge(project, results)
             memo: dict = {}  # many files ask the same questions
-            # only files linted now can have changed what other modules see: a cached file is
-            # checked when its questions concern one of their modules (all of them, cold)
-            changed = {results[i].module for i in fresh if results[i].module}
+            # only files linted now can have changed what other modules see, and only those
+            # whose exports differ from the last run's (an edit inside a function body, a
+            # comment: nothing else is checked); a cached file is checked when its questions
+            # concern one of their modules (all of them, cold)
+            stale = [i for i in fresh if not _same_exports(cache, files[i], results[i], opts, last, i)]
+            changed = {results[i].module for i in stale if results[i].module}
             check_all = len(changed) * 4 > len(files) or gone
             again = [i for i, r in enumerate(results) if r.queries and (
-                check_all or i in fresh or _may_depend(r.queries, changed))
+                check_all or i in fresh or (stale and _may_depend(r.queries, changed)))
                 and _answers(project, r.queries, memo) != r.answers]
             if not again:
                 break

@@ -109,14 +109,14 @@ class ProjectIndex:
         import hashlib
         import os
 
-        from .discover import module_name_for
+        from .discover import abspath, module_name_for
 
         entries = []
         for f in files:
             if not f.endswith((".py", ".pyi")):
                 continue
             name, is_pkg = module_name_for(f)
-            ap = os.path.abspath(f)
+            ap = abspath(f)
             root = os.path.dirname(ap)
             for _ in range(name.count(".") + (1 if is_pkg else 0)):
                 root = os.path.dirname(root)
@@ -172,9 +172,9 @@ class ProjectIndex:
             head = head.rpartition(".")[0]
 
     def key_for(self, path: str, name: str) -> str:
-        import os
+        from .discover import abspath
 
-        return self.key_of_path.get(os.path.abspath(path), name) if path else name
+        return self.key_of_path.get(abspath(path), name) if path else name
 
     def module_key(self, name: str, root: Optional[str] = None, here: Optional[str] = None) -> Optional[str]:
         """The key of the tree module an import of ``name`` loads, seen from ``root``."""
