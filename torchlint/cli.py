@@ -86,19 +86,44 @@ def check(paths, select, ignore, extend_select, output_format, output_file, stat
           steps, timeout, no_daemon):
     """Lint PATHS (files or directories; default: the current directory)."""
     del no_daemon  # torchlint/client.py decided before this process imported click
+    kwargs = dict(locals())
+    interrupted = _watch_interrupts()
     try:
-        code = _check(**locals())
+        code = _check(**kwargs)
     except click.exceptions.Exit:
         raise
     except KeyboardInterrupt:
-        _err("interrupted")
+        interrupted.append(True)
         code = EXIT_ERROR
     except Exception as exc:  # last line of defence: a message, never a traceback
         if verbose or os.environ.get("TORCHLINT_DEBUG"):
             traceback.print_exc()
         _err(f"internal error: {type(exc).__name__}: {exc} (run with --verbose for the traceback)")
         code = EXIT_ERROR
+    if interrupted:
+        # also when the KeyboardInterrupt was swallowed on its way up (Python ignores one raised
+        # in a finalizer, e.g. a generator being closed): a ^C never looks like a finished run
+        _err("interrupted")
+        code = EXIT_ERROR
     sys.exit(code)
+
+
+def _watch_interrupts() -> list:
+    """A list that gets an item on each SIGINT, which still raises KeyboardInterrupt."""
+    import signal
+    import threading
+
+    seen: list = []
+    if threading.current_thread() is not threading.main_thread() \
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        return seen
+
+    def on_sigint(signum, frame):
+        seen.append(True)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, on_sigint)
+    return seen
 
 
 def _check(paths, select, ignore, extend_select, output_format, output_file, statistics, exit_zero, quiet,
