@@ -464,16 +464,24 @@ def called_counts(results) -> dict:
         c[1] += under
 
     lazy: dict = {}
+    plain = []
     for r in results:
         src = r.__dict__.get("_lazy")
         if src is not None:  # read or not, its calls are the snapshot's
             lazy.setdefault(id(src.store), []).append(src)
-            continue
-        for q, off in r.called:
-            add(q, 1, bool(off))
-    for group in lazy.values():
+        else:
+            plain.append(r)
+    groups = list(lazy.values())
+    if len(groups) == 1:  # the usual case (one snapshot): start from its totals
+        group = groups.pop()
+        counts.update((q, [n, under]) for q, (n, under) in
+                      group[0].store.called_counts([src.key for src in group]).items())
+    for group in groups:
         for q, (n, under) in group[0].store.called_counts([src.key for src in group]).items():
             add(q, n, under)
+    for r in plain:
+        for q, off in r.called:
+            add(q, 1, bool(off))
     return counts
 
 

@@ -112,14 +112,25 @@ class ProjectIndex:
         from .discover import abspath, module_name_for
 
         entries = []
+        roots: dict = {}  # folder -> (its package's dotted name, the import root above it)
         for f in files:
             if not f.endswith((".py", ".pyi")):
                 continue
-            name, is_pkg = module_name_for(f)
             ap = abspath(f)
-            root = os.path.dirname(ap)
-            for _ in range(name.count(".") + (1 if is_pkg else 0)):
-                root = os.path.dirname(root)
+            folder, base = os.path.split(ap)
+            got = roots.get(folder)
+            if got is None:
+                pkg = module_name_for(os.path.join(folder, "__init__.py"))[0]
+                root = folder
+                for _ in range(pkg.count(".") + 1 if pkg else 0):
+                    root = os.path.dirname(root)
+                got = roots[folder] = (pkg, root)
+            pkg, root = got
+            stem = base.rsplit(".", 1)[0]
+            if stem == "__init__":
+                name = pkg
+            else:
+                name = f"{pkg}.{stem}" if pkg else stem
             entries.append((name, root, ap, f))
         count: dict = {}
         for name, root, ap, f in entries:
