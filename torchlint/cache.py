@@ -34,12 +34,13 @@ _RACY_NS = 2_000_000_000  # an mtime this close to "now" may not change on the n
 # worker answers its client first, then writes them: the next run only needs them to be fast,
 # and until they are replaced it reads the previous ones, which stay consistent).
 _DEFERRED: list = []
-_DEFER = [False]
+_defer = False
 
 
 def defer_writes(on: bool = True) -> None:
     """From now on, keep the run snapshot and index writes for :func:`write_deferred`."""
-    _DEFER[0] = on
+    global _defer
+    _defer = on
 
 
 def write_deferred() -> None:
@@ -61,6 +62,7 @@ class Cache:
         self._fps: dict = {}  # id(opts) -> (opts, fingerprint)
         self._full: Optional[dict] = None  # entry key -> result, from the last run's snapshot
         self._full_paths = None  # the files of that run
+        self._last_keys: dict = {}  # abspath -> its entry key in that run
         self._store: Optional["_Snapshot"] = None  # their exports
 
     # ------------------------------------------------------------ directory
@@ -183,7 +185,7 @@ class Cache:
 
     def flush(self) -> None:
         """Write the index (when it changed); the engine calls this at the end of a run."""
-        if _DEFER[0]:
+        if _defer:
             _DEFERRED.append(self._flush)
             return
         self._flush()
@@ -275,7 +277,7 @@ class Cache:
         """The last run's results by entry key (one file read instead of one per entry); their
         exports stay in one blob until something looks at them."""
         if self._full is None:
-            self._full, self._full_paths, self._store = {}, None, None
+            self._full, self._full_paths, self._store, self._last_keys = {}, None, None, {}
             d = self._read_json(self._snapshot_file(opts, "-index.json"))
             blob = self._read_bytes(self._snapshot_file(opts, "-exports.bin")) if d is not None else None
             token = d.get("token") if d is not None else None
@@ -292,15 +294,15 @@ class Cache:
                     self._last_keys = dict(zip(self._full_paths, keys))
         return self._full
 
-    def last_exports(self, path: str, opts) -> Optional[dict]:
-        """What ``path`` exported in the last run (its module key and exports, as
-        ``FileResult.exports`` gives them), or ``None`` when that run did not lint it."""
+    def last_exports(self, path: str, opts) -> Optional[tuple]:
+        """What ``path`` exported in the last run: its module key and its exports (as
+        ``FileResult.exports`` gives them); ``None`` when that run did not lint it."""
         self._full_snapshot(opts)
-        key = self.__dict__.get("_last_keys", {}).get(abspath(path))
+        key = self._last_keys.get(abspath(path))
         if key is None or self._store is None or key not in self._full or key not in self._store.spans:
             return None
         d = self._store.load(key)
-        return dict(d, module=self._full[key].get("module", "")) if d else None
+        return (self._full[key].get("module", ""), d) if d else None
 
     def files_gone_since_last_run(self, files, opts) -> bool:
         """Whether a file of the last run is no longer linted (its importers' answers change
@@ -349,7 +351,7 @@ class Cache:
         results for the next run where something changed: an index (findings, questions,
         where each result's exports are) and one blob of exports, copied as they are for the
         results that were not read."""
-        if _DEFER[0]:
+        if _defer:
             _DEFERRED.append(lambda: self._put_run(files, opts, results))
             return
         self._put_run(files, opts, results)

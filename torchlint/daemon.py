@@ -600,8 +600,7 @@ def run(idle_timeout: float = DEFAULT_IDLE_TIMEOUT) -> int:
     try:
         return Daemon(p, idle_timeout).serve()
     except AlreadyRunning as exc:
-        _err(str(exc))
-        return 2
+        raise _c.DaemonError(str(exc)) from None
 
 
 def start(idle_timeout: float = DEFAULT_IDLE_TIMEOUT, wait_s: float = 15.0) -> int:
@@ -639,11 +638,9 @@ def start(idle_timeout: float = DEFAULT_IDLE_TIMEOUT, wait_s: float = 15.0) -> i
             if st is not None:
                 print(f"torchlint daemon already running (pid {st.get('pid')})")
                 return 0
-            _err(f"the daemon exited with status {rc}: {_tail(p['log'])}")
-            return 2
+            raise _c.DaemonError(f"the daemon exited with status {rc}: {_tail(p['log'])}")
         time.sleep(0.05)
-    _err(f"the daemon did not answer within {wait_s:g} s (its log: {p['log']})")
-    return 2
+    raise _c.DaemonError(f"the daemon did not answer within {wait_s:g} s (its log: {p['log']})")
 
 
 def _stop_and_wait(p, wait_s: float = 5.0):
@@ -708,7 +705,3 @@ def _tail(path: str, n: int = 400) -> str:
         return "(no log)"
     return text.splitlines()[-1] if text else "(empty log)"
 
-
-def _err(msg: str) -> None:
-    sys.stderr.write(f"torchlint: error: {msg}\n")
-    sys.stderr.flush()

@@ -215,6 +215,7 @@ _PACKAGES: dict = {}  # folder -> its dotted package name ("" outside packages),
 
 
 def forget_packages() -> None:
+    """Forget what one run learnt of the disk: folders' packages, absolute paths."""
     _PACKAGES.clear()
     _ABSPATHS.clear()
 

@@ -471,13 +471,12 @@ def called_counts(results) -> dict:
             lazy.setdefault(id(src.store), []).append(src)
         else:
             plain.append(r)
-    groups = list(lazy.values())
-    if len(groups) == 1:  # the usual case (one snapshot): start from its totals
-        group = groups.pop()
-        counts.update((q, [n, under]) for q, (n, under) in
-                      group[0].store.called_counts([src.key for src in group]).items())
-    for group in groups:
-        for q, (n, under) in group[0].store.called_counts([src.key for src in group]).items():
+    for group in lazy.values():
+        totals = group[0].store.called_counts([src.key for src in group])
+        if not counts:  # the first snapshot (usually the only one): start from its totals
+            counts.update((q, list(c)) for q, c in totals.items())
+            continue
+        for q, (n, under) in totals.items():
             add(q, n, under)
     for r in plain:
         for q, off in r.called:
@@ -514,24 +513,16 @@ def _queried_unparsed(project: ProjectIndex, files, results, fresh=None) -> list
     return sorted(out)
 
 
-def _same_exports(cache, path: str, result, opts, memo: dict, i: int) -> bool:
+def _same_exports(cache, path: str, result, opts) -> bool:
     """Whether ``result`` exports what its file exported in the last run (then no other
     file's answers can differ from that run's because of it: an early cutoff)."""
-    got = memo.get(i)
-    if got is None or got[0] is not result:
-        got = memo[i] = (result, _compare_exports(cache, path, result, opts))
-    return got[1]
-
-
-def _compare_exports(cache, path: str, result, opts) -> bool:
-    last_exports = getattr(cache, "last_exports", None) if cache is not None else None
-    if last_exports is None or result.is_lazy():
-        return result.is_lazy() and getattr(result, "from_last_run", False)
-    old = last_exports(path, opts)
-    if old is None or old.pop("module", "") != result.module:
+    if result.is_lazy():  # a result of the last run's snapshot, unread
+        return bool(getattr(result, "from_last_run", False))
+    last = cache.last_exports(path, opts) if getattr(cache, "last_exports", None) is not None else None
+    if last is None or last[0] != result.module:
         return False
     try:
-        return json.dumps(old, sort_keys=True) == json.dumps(result.exports(), sort_keys=True)
+        return json.dumps(last[1], sort_keys=True) == json.dumps(result.exports(), sort_keys=True)
     except (TypeError, ValueError):
         return False
 
@@ -656,7 +647,6 @@ def _run(files, opts: LintOptions, jobs: int, cache, progress) -> list:
             or cache.files_gone_since_last_run(files, opts)
         fresh = set(order) | {i for i, r in enumerate(results)
                               if i not in todo_set and not getattr(r, "from_last_run", False)}
-        last: dict = {}  # index -> (result, same exports as the last run?): _same_exports's memo
         # later passes: re-lint the files whose cross-module answers changed
         for _ in range(3):
             _merge(project, results)
@@ -674,7 +664,7 @@ def _run(files, opts: LintOptions, jobs: int, cache, progress) -> list:
             # whose exports differ from the last run's (an edit inside a function body, a
             # comment: nothing else is checked); a cached file is checked when its questions
             # concern one of their modules (all of them, cold)
-            stale = [i for i in fresh if not _same_exports(cache, files[i], results[i], opts, last, i)]
+            stale = [i for i in fresh if not _same_exports(cache, files[i], results[i], opts)]
             changed = {results[i].module for i in stale if results[i].module}
             check_all = len(changed) * 4 > len(files) or gone
             again = [i for i, r in enumerate(results) if r.queries and (
