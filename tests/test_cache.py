@@ -291,3 +291,67 @@ def test_cli_no_cache_and_cache_dir(tmp_path, tree):
                                    "--no-progress"])
     assert r2.exit_code == 1 and r2.output == r.output
     assert not nodir.exists()
+
+
+MODELS = """
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+
+    class Classifier(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(32, 10)
+            {layer}
+
+        def forward(self, x):
+            return {output}
+"""
+
+TRAIN = """
+    import torch
+    import torch.nn as nn
+
+    from models import Classifier
+
+
+    def fit(loader, val_loader, epochs=5):
+        model = Classifier()
+        criterion = nn.CrossEntropyLoss()
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+        for epoch in range(epochs):
+            for x, y in loader:
+                optimizer.zero_grad()
+                loss = criterion(model(x), y)
+                loss.backward()
+                optimizer.step()
+        correct = 0
+        with torch.no_grad():
+            for x, y in val_loader:
+                correct += (model(x).argmax(dim=1) == y).sum().item()
+        return correct
+"""
+
+
+@pytest.mark.parametrize("edit, appears", [
+    # what the model's forward returns: softmax outputs reach CrossEntropyLoss in train.py
+    ({"output": "F.softmax(self.fc(x), dim=1)"}, "TL401"),
+    # whether the model depends on the mode: with dropout, evaluating it without eval() is a bug
+    ({"layer": "self.drop = nn.Dropout(0.5)", "output": "self.fc(self.drop(x))"}, "TL201"),
+])
+def test_change_of_one_class_fact_relints_the_importer(tmp_path, edit, appears):
+    src = tmp_path / "src"
+    src.mkdir()
+    plain = {"layer": "", "output": "self.fc(x)"}
+    _write(src / "models.py", MODELS.format(**plain))
+    _write(src / "train.py", TRAIN)
+    paths = sorted(str(p) for p in src.iterdir())
+    before = _found(run(paths, OPTS, cache=Cache(str(tmp_path / "c"))))
+    assert not any(c.startswith(appears) for c in before.get("train.py", []))
+    _write(src / "models.py", MODELS.format(**{**plain, **edit}))
+    after = _found(run(paths, OPTS, cache=Cache(str(tmp_path / "c"))))
+    assert any(c.startswith(appears) for c in after.get("train.py", [])), after
+    assert after == _found(run(paths, OPTS))  # what a run without the cache finds
+    # and back: the finding goes away again
+    _write(src / "models.py", MODELS.format(**plain))
+    assert _found(run(paths, OPTS, cache=Cache(str(tmp_path / "c")))) == before

@@ -151,3 +151,64 @@ def test_process_pool_gives_the_results_of_one_process():
     with open(os.path.join(FIXTURES, "expected.toml"), "rb") as fh:
         expected = {(path, c) for path, codes in tomllib.load(fh).items() for c in codes}
     assert {(os.path.relpath(p, FIXTURES), f"{c}:{line}") for p, fs in one for c, line, _ in fs} == expected
+
+
+def test_import_statements_are_found_from_the_word_import():
+    from torchlint.schedule import _IMPORT_RE, _import_statements
+
+    src = textwrap.dedent('''\
+        import torch.nn as nn; import os
+        """A docstring that says: import this, from here import that."""
+        from .models import (
+            resnet,  # import resnet50 too?
+            vit,
+        )
+        x = 1; import json
+        if TYPE_CHECKING: import typing
+        # import commented_out
+        def f():
+            from .utils import importer, import_module
+            s = "import inside a string"
+        from a import b  # and import c
+        important = True
+        import_thing = 2
+    ''').encode()
+    # the same statements as trying the pattern at every line start
+    assert [m.groups() for m in _import_statements(src)] == [m.groups() for m in _IMPORT_RE.finditer(src)]
+    assert list(_import_statements(b"x = 1\nimportant = 2\n")) == []
+
+
+def test_dotted_uses_of_an_imported_package_are_names_but_not_of_other_objects():
+    src = textwrap.dedent("""\
+        import torch
+        torch.nn.functional.relu(x)
+        y = my_torch.cuda.device
+        z = obj.torch.optim.SGD
+        w = torch_utils.amp.autocast
+    """).encode()
+    names = imported_names(src, "proj.train", False)
+    assert "torch.nn.functional.relu" in names
+    assert not {n for n in names if n.startswith(("torch.cuda", "torch.optim", "torch.amp"))}
+    assert "torch.nn.Linear" in imported_names(b"torch.nn.Linear\nimport torch\n", "m", False)  # at the start
+
+
+def test_a_worker_that_dies_fails_only_its_file(monkeypatch):
+    # enough files that each worker is sent its next one while it lints: the files queued
+    # behind the one a worker died on are linted by its replacement
+    files = _fixture_files(*sorted(os.listdir(FIXTURES)))
+    victim = next(f for f in files if f.endswith("train.py"))
+    real = engine._worker
+
+    def dying(args):
+        if args[0] == victim:
+            os._exit(3)
+        return real(args)
+
+    expected = {r.path: [(f.code, f.line) for f in r.findings] for r in run(files, OPTS, jobs=1)}
+    monkeypatch.setattr(engine, "_worker", dying)
+    got = {r.path: [(f.code, f.line) for f in r.findings] for r in run(files, OPTS, jobs=2)}
+    assert len(got) == len(files)
+    shown = engine.display_path(victim)
+    assert [c for c, _ in got.pop(shown)] == ["TL000"]
+    expected.pop(shown)
+    assert got == expected

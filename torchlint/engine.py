@@ -412,11 +412,16 @@ def _answers(project: ProjectIndex, queries, memo: Optional[dict] = None) -> str
             aspect, rest = "effects", q
         if aspect == "called":
             v = f"{rest in project.called}/{rest in project.called_under_no_grad}"
-        elif aspect == "class":
+        elif aspect in ("class", "fwd", "mode"):
             key = project.resolve(rest)
             facts = project.classes.get(key) or {}
-            v = [bool(facts.get("is_module")), facts.get("forward") or None, bool(facts.get("mode_sensitive"))]
-            v = [key] + v if any(v) else None  # an ordinary class answers like an unknown one
+            if aspect == "class":  # is it an nn.Module
+                v = ["module"] if facts.get("is_module") else None
+            elif aspect == "fwd":  # what its forward returns
+                v = sorted(facts.get("forward") or ()) or None
+            else:  # a module class known not to depend on the mode (unknown: it may)
+                v = ["mode-free"] if facts.get("is_module") and facts.get("mode_sensitive") is False else None
+            v = [key] + v if v else None  # an ordinary class answers like an unknown one
         elif aspect == "method":
             cls_q, _, name = rest.rpartition(".")
             m = project.method(cls_q, name)

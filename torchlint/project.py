@@ -26,7 +26,9 @@ def summary_has_effects(summary: Optional[dict]) -> bool:
 #   ret      what the value of a call carries (RETURN_KEEP), for a call with no batch argument
 #   retb     the same for a call given a batch (a batch passed through stays a batch)
 #   exact    the whole summary (an unknown function is treated unlike a known one that does nothing)
-#   class    is it an nn.Module, what its forward returns, is it mode-sensitive
+#   class    is it an nn.Module
+#   fwd      what its forward returns (probabilities, log-probabilities, ...)
+#   mode     is a module class known not to depend on train/eval mode
 #   method   which method a name on an imported class resolves to
 #   called   is it called from another module (under no_grad only?)
 def project_answer(aspect: str, summary: Optional[dict]):

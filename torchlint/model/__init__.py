@@ -138,11 +138,14 @@ class ModuleModel:
         """The key-qualified name of a class of another tree module that ``name`` refers to."""
         return self.locate(self.qualify(name)) if name else None
 
-    def external_class(self, name: str) -> Optional[dict]:
+    def external_class(self, name: str, aspect: str = "class") -> Optional[dict]:
+        """The facts of a class of another tree module that ``name`` refers to. ``aspect`` is
+        the one fact the caller uses (``class``: is it a module; ``mode``: is a module class
+        mode-sensitive): only a change of that fact makes this file linted again."""
         q = self.external_class_name(name)
         if q is None:
             return None
-        self.external_queries.add("class:" + q)
+        self.external_queries.add(f"{aspect}:{q}")
         return self.project.classes.get(q)
 
     def class_is_module(self, cls: ClassModel) -> bool:
@@ -414,7 +417,7 @@ class ModuleModel:
         """What the forward of a model class of another tree module returns (its export)."""
         if not qual or "." not in qual:
             return frozenset()
-        self.external_queries.add("class:" + qual)
+        self.external_queries.add("fwd:" + qual)
         facts = self.project.classes.get(qual) or {}
         return frozenset(facts.get("forward", ()))
 

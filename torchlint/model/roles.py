@@ -523,7 +523,7 @@ class ModeSensitivity:
 
     def _external(self, name: str) -> bool:
         getter = getattr(self.mm, "external_class", None)
-        facts = getter(name) if getter is not None else None
+        facts = getter(name, "mode") if getter is not None else None
         if facts and facts.get("is_module") is not None and "mode_sensitive" in facts:
             return bool(facts["mode_sensitive"])
         return True
