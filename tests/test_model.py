@@ -554,3 +554,91 @@ def test_wrappers_keep_the_mode_of_the_wrapped_model():
     fn = fn_named(mm, "infer")
     assert modes_at(mm, fn, "model") == [["eval"]]
     assert modes_at(mm, fn, "ddp") == [["eval"]]
+
+
+POSITIONED = '''\
+"""Training utilities.
+
+Example::
+
+    def train(model):
+        model.train()
+"""
+import torch
+import torch.nn as nn
+
+
+class Trainer:
+    """Fits a model.
+
+    def fit(self): a docstring that looks like code
+    """
+
+    def __init__(self, model, optimizer):
+        self.model = model
+        self.optimizer = optimizer
+
+    @torch.no_grad()
+    def evaluate(self, loader):
+        total = 0.0
+        for x, y in loader:
+            out = self.model(
+                x,
+            )
+            total += (out.argmax(dim=1) == y).float().mean().item()
+        return total
+
+    def fit(self, loader, epochs=1):
+        def step(x, y):
+            self.optimizer.zero_grad()
+            loss = nn.functional.cross_entropy(self.model(x), y)
+            loss.backward()
+            self.optimizer.step()
+            return loss.item()
+
+        for _ in range(epochs):
+            for x, y in loader:
+                step(x, y)
+
+
+async def serve(model):
+\tawait model.ready()  # a tab-indented body
+\treturn model
+
+
+for epoch in range(3):
+    pass
+'''
+
+
+def test_positions_of_one_function_equal_the_module_positions():
+    from libcst.metadata import MetadataWrapper, PositionProvider
+
+    from torchlint.model.dataflow import _code_children
+    from torchlint.parse import parse_module
+
+    module = parse_module(POSITIONED)
+    mm = ModuleModel("trainer.py", "trainer.py", POSITIONED, module, "trainer")
+    full = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    nodes, stack = [], [module]
+    while stack:
+        n = stack.pop()
+        nodes.append(n)
+        stack.extend(_code_children(n))
+    local = 0
+    for n in nodes:
+        r = mm._local_position(n)
+        if r is not None:
+            local += 1
+            assert (r.start, r.end) == (full[n].start, full[n].end), mm.code_for(n)
+    assert local > len(nodes) // 2  # most nodes are inside a function
+    # the ``def``s in docstrings before a function make its ``def`` line ambiguous: it is
+    # placed with the whole module instead (the generated lines do not match the file there)
+    fit = next(f for f in mm.all_functions if f.name == "fit")
+    assert mm._function_positions(fit.node) is None
+    evaluate = next(f for f in mm.all_functions if f.name == "evaluate")
+    assert mm._function_positions(evaluate.node) is not None
+    assert mm._positions is None  # so far nothing needed the whole module's positions
+    inner = fit.node.body.body[0]  # ``def step``
+    assert mm.span_of(inner) == (full[inner].start.line, full[inner].start.column,
+                                 full[inner].end.line, full[inner].end.column)
