@@ -12,6 +12,7 @@ from typing import Iterator, Optional
 import libcst as cst
 from libcst.metadata import CodePosition, CodeRange, MetadataWrapper, PositionProvider
 
+from ..parse import _STRING
 from ..project import RETURN_KEEP, ProjectIndex, project_answer, summary_has_effects  # noqa: F401
 from . import catalog
 from .binder import Binder, ClassModel, FunctionModel, ImportTable, dotted
@@ -24,6 +25,9 @@ from .ir import (
 from .roles import RoleResolver, classify, is_eval_name
 
 __all__ = ["ModuleModel", "FunctionModel", "ClassModel", "ProjectIndex", "ExternalRef"]
+
+# a ``def`` at the start of a line, strings and comments skipped (matched, not captured)
+_DEF_SCAN = re.compile(r"#[^\n]*|" + _STRING + r"|^[ \t]*(?:async[ \t]+)?def[ \t]+(\w+)", re.M | re.S)
 
 
 class ExternalRef:
@@ -280,7 +284,9 @@ class ModuleModel:
         if self._lines is None:
             self._lines = {}
             line, pos = 1, 0
-            for m in re.finditer(r"^[ \t]*(?:async[ \t]+)?def[ \t]+(\w+)", self.text, re.M):
+            for m in _DEF_SCAN.finditer(self.text):
+                if m.group(1) is None:
+                    continue  # a string or a comment (a docstring's example ``def``)
                 line += self.text.count("\n", pos, m.start())  # counted once, not from the top each time
                 pos = m.start()
                 self._lines.setdefault(m.group(1), []).append(line)
