@@ -199,10 +199,10 @@ def test_a_worker_that_dies_fails_only_its_file(monkeypatch):
     victim = next(f for f in files if f.endswith("train.py"))
     real = engine._worker
 
-    def dying(args):
+    def dying(args, keep=None):
         if args[0] == victim:
             os._exit(3)
-        return real(args)
+        return real(args, keep)
 
     expected = {r.path: [(f.code, f.line) for f in r.findings] for r in run(files, OPTS, jobs=1)}
     monkeypatch.setattr(engine, "_worker", dying)
@@ -212,3 +212,120 @@ def test_a_worker_that_dies_fails_only_its_file(monkeypatch):
     assert [c for c, _ in got.pop(shown)] == ["TL000"]
     expected.pop(shown)
     assert got == expected
+
+
+def _cycle_tree(tmp_path):
+    """A small classifier project whose engine and utils import each other (utils' ``fit``
+    runs the engine's loops; the engine moves batches with a utils helper)."""
+    pkg = tmp_path / "cls"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text('"""Image classification: model, loops and helpers."""\n')
+    (pkg / "model.py").write_text(textwrap.dedent("""\
+        import torch.nn as nn
+
+
+        class Net(nn.Module):
+            def __init__(self, num_classes=10):
+                super().__init__()
+                self.body = nn.Sequential(nn.Conv2d(3, 16, 3), nn.BatchNorm2d(16), nn.ReLU(inplace=True),
+                                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(0.1))
+                self.head = nn.Linear(16, num_classes)
+
+            def forward(self, x):
+                return self.head(self.body(x))
+    """))
+    (pkg / "engine.py").write_text(textwrap.dedent("""\
+        import torch
+        import torch.nn.functional as F
+
+        from cls import utils
+
+
+        def train_one_epoch(model, loader, optimizer, device):
+            for batch in loader:
+                images, targets = utils.to_device(batch, device)
+                loss = F.cross_entropy(model(images), targets)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+
+
+        @torch.no_grad()
+        def evaluate(model, loader, device):
+            model.eval()
+            correct = 0
+            for batch in loader:
+                images, targets = utils.to_device(batch, device)
+                correct += (model(images).argmax(dim=1) == targets).sum().item()
+            return correct
+    """))
+    (pkg / "utils.py").write_text(textwrap.dedent("""\
+        import torch
+
+        from cls.engine import evaluate, train_one_epoch
+
+
+        def to_device(batch, device):
+            images, targets = batch
+            return images.to(device, non_blocking=True), targets.to(device, non_blocking=True)
+
+
+        def fit(model, train_loader, val_loader, epochs, device):
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+            for epoch in range(epochs):
+                train_one_epoch(model, train_loader, optimizer, device)
+                print(epoch, evaluate(model, val_loader, device))
+    """))
+    (tmp_path / "train.py").write_text(textwrap.dedent("""\
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+
+        from cls.model import Net
+        from cls.utils import fit
+
+        if __name__ == "__main__":
+            data = TensorDataset(torch.randn(64, 3, 8, 8), torch.randint(0, 10, (64,)))
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+            fit(Net().to(device), DataLoader(data, batch_size=8, shuffle=True), DataLoader(data, batch_size=8),
+                epochs=3, device=device)
+    """))
+    return [str(pkg / f) for f in ("__init__.py", "engine.py", "model.py", "utils.py")] + [str(tmp_path / "train.py")]
+
+
+def test_a_file_of_an_import_cycle_is_checked_again_from_its_kept_tree(tmp_path, monkeypatch):
+    # engine.py and utils.py import each other, and engine.py is linted first: it asks about
+    # utils.to_device before utils.py is linted. Its worker keeps its tree; once utils.py is
+    # done, it checks the file again and lints the kept tree (no second parse of engine.py).
+    from torchlint import schedule
+
+    files = _cycle_tree(tmp_path)
+    one = [(r.path, [(f.code, f.line) for f in r.findings]) for r in run(files, OPTS, jobs=1)]
+    # the engine's evaluate leaves the model in eval mode for the next epoch's training
+    assert ("TL202", 14) in dict((os.path.basename(p), fs) for p, fs in one)["utils.py"]
+
+    parses = tmp_path / "parses.log"
+    real_parse = engine.parse_module
+
+    def logged(text):
+        with open(parses, "a") as fh:  # from the worker processes
+            fh.write(("engine" if "def train_one_epoch" in text else "other") + "\n")
+        return real_parse(text)
+
+    monkeypatch.setattr(engine, "parse_module", logged)
+    passes = []
+    real_run = schedule.OrderedPool.run
+
+    def recorded(self, order, *args, **kwargs):
+        got = real_run(self, order, *args, **kwargs)
+        passes.append(([os.path.relpath(files[i], tmp_path) for i in order], dict(self.stats)))
+        return got
+
+    monkeypatch.setattr(schedule.OrderedPool, "run", recorded)
+    two = [(r.path, [(f.code, f.line) for f in r.findings]) for r in run(files, OPTS, jobs=2)]
+    assert two == one
+    order, stats = passes[0]
+    assert order.index("cls/engine.py") < order.index("cls/utils.py")
+    assert stats["kept"] >= 1 and stats["relinted"] >= 1
+    # engine.py was parsed once: it is not among the files linted again after the first pass
+    assert all("cls/engine.py" not in later for later, _ in passes[1:])
+    assert parses.read_text().splitlines().count("engine") == 1

@@ -142,33 +142,55 @@ def display_path(path: str) -> str:
 
 def lint_text(path: str, text: str, opts: LintOptions, project: Optional[ProjectIndex] = None,
               module_name: Optional[str] = None, is_package: bool = False, data: Optional[bytes] = None,
-              shown: Optional[str] = None) -> FileResult:
+              shown: Optional[str] = None, keep: Optional[dict] = None) -> FileResult:
     """Lint one file's text. The cyclic garbage collector is off meanwhile: the file's libcst
     tree (millions of nodes for a big file, no cycles among them) would otherwise be scanned
     by every collection its allocations trigger; the model's own cycles are broken at the end
-    (``_release_model``), so refcounting frees the tree as soon as the file is done."""
+    (``_release_model``), so refcounting frees the tree as soon as the file is done.
+
+    ``keep``, if given, receives what ``relint_kept`` needs to lint the file again without
+    parsing it (its tree), when it parsed."""
     import gc
 
     was_on = gc.isenabled()
     gc.disable()
     try:
-        return _lint_text(path, text, opts, project, module_name, is_package, data, shown)
+        return _lint_text(path, text, opts, project, module_name, is_package, data, shown, keep)
     finally:
         if was_on:
             gc.enable()
 
 
+def relint_kept(kept: dict, opts: LintOptions, project: Optional[ProjectIndex] = None) -> FileResult:
+    """Lint again, against the project as it is now, a file whose tree ``lint_text`` kept."""
+    import gc
+
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        return _lint_module(kept["path"], kept["shown"], kept["text"], kept["tree"], kept["module_name"],
+                            kept["is_package"], opts, project)
+    finally:
+        if was_on:
+            gc.enable()
+
+
+def _active_rules(path: str, opts: LintOptions) -> list:
+    from .selection import per_file_ignored
+
+    rules = _rules_for(opts.enabled, opts.settings)
+    ignored = per_file_ignored(path, opts.root, opts.per_file_ignores) if opts.per_file_ignores else set()
+    return [r for r in rules if not any(r.code.startswith(i) for i in ignored)]
+
+
 def _lint_text(path: str, text: str, opts: LintOptions, project: Optional[ProjectIndex] = None,
                module_name: Optional[str] = None, is_package: bool = False, data: Optional[bytes] = None,
-               shown: Optional[str] = None) -> FileResult:
+               shown: Optional[str] = None, keep: Optional[dict] = None) -> FileResult:
     from .discover import module_name_for
-    from .selection import per_file_ignored
 
     shown = shown or display_path(path)
     res = FileResult(shown)
-    rules = _rules_for(opts.enabled, opts.settings)
-    ignored = per_file_ignored(path, opts.root, opts.per_file_ignores) if opts.per_file_ignores else set()
-    active = [r for r in rules if not any(r.code.startswith(i) for i in ignored)]
+    active = _active_rules(path, opts)
     raw = data if data is not None else text.encode("utf-8", "surrogatepass")
     if opts.prefilter:
         trig = set(_SUMMARY_TRIGGERS)
@@ -183,8 +205,6 @@ def _lint_text(path: str, text: str, opts: LintOptions, project: Optional[Projec
     if module_name is None:
         module_name, is_package = module_name_for(path)
     import libcst as cst  # here, not at the top: a run answered from the cache never parses
-
-    from .model import ModuleModel
 
     try:
         module = parse_module(text)
@@ -206,6 +226,20 @@ def _lint_text(path: str, text: str, opts: LintOptions, project: Optional[Projec
         res.findings.append(Finding("TL001", SyntaxErrorRule.name,
                                     "syntax error: the file nests too deeply to parse", shown, Span.of(1, 0, 1, 0)))
         return res
+    if keep is not None:
+        keep.update(path=path, shown=shown, text=text, tree=module, module_name=module_name,
+                    is_package=is_package)
+    return _lint_module(path, shown, text, module, module_name, is_package, opts, project, active)
+
+
+def _lint_module(path: str, shown: str, text: str, module, module_name: str, is_package: bool,
+                 opts: LintOptions, project: Optional[ProjectIndex], active: Optional[list] = None) -> FileResult:
+    """The model and the rules over a parsed module."""
+    from .model import ModuleModel
+
+    if active is None:
+        active = _active_rules(path, opts)
+    res = FileResult(shown)
     res.parsed = True
     try:
         mm = ModuleModel(path, shown, text, module, module_name, is_package, project)
@@ -364,7 +398,8 @@ def _suppress(findings, text, opts, shown) -> list:
 
 
 # ---------------------------------------------------------------- files and trees
-def lint_path(path: str, opts: LintOptions, project: Optional[ProjectIndex] = None) -> FileResult:
+def lint_path(path: str, opts: LintOptions, project: Optional[ProjectIndex] = None,
+              keep: Optional[dict] = None) -> FileResult:
     shown = display_path(path)
     if path.endswith(".ipynb"):
         try:
@@ -376,13 +411,19 @@ def lint_path(path: str, opts: LintOptions, project: Optional[ProjectIndex] = No
         src = read_source(path)
     except SourceError as exc:
         return FileResult(shown, error=str(exc))
-    return lint_text(path, src.text, opts, project, data=src.data, shown=shown)
+    return lint_text(path, src.text, opts, project, data=src.data, shown=shown, keep=keep)
 
 
-def _worker(args):
+def _worker(args, keep: Optional[dict] = None):
+    """Lint a file, or lint again the file ``keep`` holds the tree of (``keep["tree"]``);
+    an exception becomes a TL000 finding."""
     path, opts, project = args
     try:
-        return lint_path(path, opts, project)
+        if keep is None:
+            return lint_path(path, opts, project)
+        if "tree" in keep:
+            return relint_kept(keep, opts, project)
+        return lint_path(path, opts, project, keep)
     except Exception as exc:  # never let one file stop the run
         r = FileResult(display_path(path))
         r.internal_error = True
@@ -431,7 +472,7 @@ def _answers(project: ProjectIndex, queries, memo: Optional[dict] = None) -> str
             key = project.resolve(rest)
             v = project_answer(aspect, project.summaries.get(key))
             v = [key, v] if v is not None else None  # where it resolves matters only if it does something
-        got = f"{q}={json.dumps(v, sort_keys=True)}".encode()
+        got = f"{q}={'null' if v is None else json.dumps(v, sort_keys=True)}".encode()
         if memo is not None:
             memo[q] = got
         h.update(got)
@@ -511,9 +552,11 @@ def _queried_unparsed(project: ProjectIndex, files, results, fresh=None) -> list
             seen.add(q)
             parts = project.resolve(q).split(".")
             for n in range(len(parts) - 1, 0, -1):
-                i = unparsed.get(".".join(parts[:n]))
-                if i is not None:
-                    out.add(i)
+                head = ".".join(parts[:n])
+                if head in project.modules:  # the module that holds it (not its packages)
+                    i = unparsed.get(head)
+                    if i is not None:
+                        out.add(i)
                     break
     return sorted(out)
 

@@ -267,6 +267,11 @@ def _order_cycle(comp, deps) -> list:
 # a busy worker is sent its next file before it finishes the one it has while more than this
 # many files per worker are left to lint
 _QUEUE_AHEAD_WHILE = 4
+# a file of an import cycle that asked about files not linted yet is checked again from its
+# kept tree at most this many times; each worker keeps at most this much source (a tree takes
+# about 30-40 times its source in memory)
+_MAX_CHECKS = 4
+_KEEP_BYTES = 3_000_000
 
 def exports_of(result) -> tuple:
     """What a result contributes to the project (sent to the workers)."""
@@ -282,6 +287,55 @@ class ProjectReplica:
         self.project = project
         self.by_file: dict = {}
         self.counts: dict = {}
+        self.heard: set = set()  # the module keys of the files applied
+
+    def unheard(self, queries, memo) -> list:
+        """The names a file asked about, got no answer for (``memo`` holds the answers), and
+        that belong to tree modules not heard of yet (their file may not have been linted):
+        the classes and functions themselves, and for a method the bases of its class."""
+        p = self.project
+        out: list = []
+        for q in queries:
+            if not memo[q].endswith(b"=null"):
+                continue
+            aspect, sep, rest = q.partition(":")
+            if not sep:
+                aspect, rest = "effects", q
+            if aspect == "called":
+                continue  # asked of every caller, not of one module
+            if aspect == "method":
+                rest = rest.rpartition(".")[0]
+            todo = [p.resolve(rest)]
+            for _ in range(8 if aspect == "method" else 1):
+                bases = []
+                for key in todo:
+                    mod = self.module_of(key)
+                    if mod is None:
+                        continue
+                    if mod not in self.heard:
+                        out.append(key)
+                        continue
+                    name = key[len(mod) + 1:]
+                    if name and "." not in name and key not in p.summaries and key not in p.classes:
+                        # maybe in a module it star-imports
+                        out.extend(f"{star}.{name}" for star in p.stars.get(mod, ())
+                                   if star not in self.heard)
+                    if aspect == "method":
+                        facts = p.classes.get(key)
+                        bases.extend(p.resolve(b) for b in (facts or {}).get("bases", ()))
+                if not bases:
+                    break
+                todo = bases
+        return out
+
+    def module_of(self, key: str):
+        """The tree module that holds ``key`` (its longest dotted prefix that is one)."""
+        head = key
+        while head:
+            if head in self.project.modules:
+                return head
+            head = head.rpartition(".")[0]
+        return None
 
     def apply(self, exports) -> None:
         p = self.project
@@ -308,6 +362,8 @@ class ProjectReplica:
                     c[1] -= bool(off)
                     touched.add(q)
         self.by_file[path] = exports
+        if module:
+            self.heard.add(module)
         p.pending.pop(module, None)
         p.add_exports(module, summaries, classes, reexports, stars)
         for q, off in called:
@@ -333,12 +389,19 @@ class ProjectReplica:
 def _worker_main(conn, project) -> None:
     """A worker: lint the files it is sent against its replica of the project. A thread
     reads what the pool sends while the worker lints: the pool sends a busy worker its next
-    file, and neither side may block on a full pipe while the other does."""
+    file, and neither side may block on a full pipe while the other does.
+
+    Messages: ``("lint", i, path, opts, delta)``, ``("again", i, path, opts, delta)`` (check
+    file ``i`` again, from the tree kept for it) and ``("drop", i)``. Each answers ``(i,
+    result, awaited)``: ``result`` is ``None`` when a check found the file's answers as they
+    were; ``awaited`` names what the file asked about in tree modules this worker has not
+    heard of yet. While it is not empty the worker keeps the file's tree until told to check
+    the file again or to drop it."""
     import gc
     import queue
     import threading
 
-    from .engine import _GC_THRESHOLD, GC_EVERY, _answers, _worker
+    from .engine import _GC_THRESHOLD, _answers, _worker
 
     inbox: queue.SimpleQueue = queue.SimpleQueue()
 
@@ -355,21 +418,45 @@ def _worker_main(conn, project) -> None:
     threading.Thread(target=read, daemon=True).start()
     gc.set_threshold(*_GC_THRESHOLD)
     replica = ProjectReplica(project)
-    n = 0
+    kept: dict = {}  # i -> what relinting file i without parsing it needs
     while True:
         msg = inbox.get()
         if msg is None:
             return
-        i, path, opts, delta = msg
+        if msg[0] == "drop":
+            kept.pop(msg[1], None)
+            continue
+        kind, i, path, opts, delta = msg
+        gc.disable()  # (see below)
         for e in delta:
             replica.apply(e)
-        r = _worker((path, opts, project))
-        r.answers = _answers(project, r.queries)
-        n += 1
-        if n % GC_EVERY == 0:
-            gc.collect()
+        keep = kept.pop(i, None) if kind == "again" else None
+        memo: dict = {}
+        if keep is not None and _answers(project, keep["result"].queries, memo) == keep["result"].answers:
+            # what it asked about is answered as before: so is the file
+            r = keep["result"]
+            same = True
+        else:
+            same = False
+            if keep is None:
+                keep = {}
+            r = _worker((path, opts, project), keep)
+            memo = {}
+            r.answers = _answers(project, r.queries, memo)
+        awaited = replica.unheard(r.queries, memo) if "tree" in keep else []
+        if awaited:
+            keep["result"] = r
+            kept[i] = keep
+        del keep
+        # What a file's handling left alive (the result, the replica's exports, a kept tree:
+        # millions of nodes) has no reference cycles (a lint leaves no cyclic garbage: the
+        # model's cycles are broken), so the collector, off meanwhile, need not walk it three
+        # times over as it ages through the generations: it leaves the collector's
+        # generations, and refcounting frees it when it goes.
+        gc.freeze()
+        gc.enable()
         try:
-            conn.send((i, r))
+            conn.send((i, None if same else r, awaited))
         except (OSError, ValueError):
             return
 
@@ -440,6 +527,8 @@ class OrderedPool:
         ctx = mp.get_context("fork" if "fork" in methods else methods[0])
         self.ctx, self.files, self.base, self.workers = ctx, files, base, []
         self.log: list = []  # exports of finished files, in the order they finished
+        # files kept for a check, checks, and checks that linted the kept tree again
+        self.stats = {"kept": 0, "checked": 0, "relinted": 0}
         at = {os.path.abspath(f): i for i, f in enumerate(files)}
         self._index_of_module = {k: at[p] for p, k in base.key_of_path.items() if p in at}
         for _ in range(jobs):
@@ -470,7 +559,15 @@ class OrderedPool:
             self.publish(r)
 
     def run(self, order, opts_for, deps=None, progress=None) -> dict:
-        """Lint the files of ``order`` (indices into ``files``); returns {index: result}."""
+        """Lint the files of ``order`` (indices into ``files``); returns {index: result}.
+
+        A file that asked about a module of ``order`` not linted yet (an import cycle) is
+        *kept*: its result stands for now, its worker keeps its tree, and the modules it asked
+        about go to the front of the queue. When they are done (or a kept file it asked about
+        changed), the worker checks the file again: if its answers changed it lints the tree
+        again (the model and the rules, not the parse) and the new result replaces the old.
+        Each worker keeps at most ``_KEEP_BYTES`` of source; a file not kept stands as it is,
+        and the engine's answer check lints it again if needed."""
         from multiprocessing.connection import wait
 
         from .engine import FileResult, InternalErrorRule, display_path
@@ -481,8 +578,13 @@ class OrderedPool:
         pending_set = set(order)
         done: set = set()
         results: dict = {}
+        kept: dict = {}  # i -> [its worker, the files it waits for, the files it asked about]
+        checks: dict = {}  # i -> how many times it was checked again
+        published: dict = {}  # i -> where its last result is in the log
         _WAIT = -1
         sizes: dict = {}
+        for w in self.workers:
+            w["again"], w["kept"] = [], 0
 
         def weight(i) -> int:
             w = sizes.get(i)
@@ -519,16 +621,19 @@ class OrderedPool:
 
         in_order = {i: n for n, i in enumerate(order)}
 
-        def promote(r) -> None:
+        def asked_files(r) -> set:
+            asked = set()
+            for q in r.queries:
+                j = self._file_of(q.rpartition(":")[2])
+                if j is not None and j in in_order:
+                    asked.add(j)
+            return asked
+
+        def to_front(asked) -> None:
             """The modules a finished file asked about and nobody has started go to the front
             (taken as soon as they are ready): the files after it that import them too will
             find their answers. A file asking about a later module is a sign of an import
             cycle ordered the wrong way round for it."""
-            asked = set()
-            for q in r.queries:
-                j = self._file_of(q.rpartition(":")[2])
-                if j is not None and j in in_order and j not in done and j not in asked:
-                    asked.add(j)
             front = [j for j in asked if j in pending_set]
             if front:
                 front.sort(key=in_order.__getitem__)
@@ -536,14 +641,63 @@ class OrderedPool:
                     pending.remove(j)
                 pending[:0] = front
 
-        def send(w) -> bool:
-            i = next_task()
-            if i is None or i == _WAIT:
+        def check_again(i) -> None:
+            if i in kept and kept[i][1] is not None:
+                kept[i][1] = None  # queued
+                kept[i][0]["again"].append(i)
+
+        def keep(w, i, r, awaited) -> bool:
+            """Whether ``w`` keeps the tree of ``i`` for a later check."""
+            if checks.get(i, 0) >= _MAX_CHECKS or w["kept"] + weight(i) > _KEEP_BYTES:
                 return False
+            files = {self._file_of(k) for k in awaited} - {None, i}
+            waits = {j for j in files if j in in_order and j not in done}
+            # done since the worker last heard: it will hear with the check (the others it
+            # heard of already: a file the prefilter skipped exports nothing)
+            news = {j for j in files & done if published[j] >= w["synced"]}
+            if not waits and not news:
+                return False
+            kept[i] = [w, waits, asked_files(r)]
+            w["kept"] += weight(i)
+            self.stats["kept"] += 1
+            if waits:
+                to_front(waits)
+            else:  # done meanwhile, and this worker has not heard yet: check now
+                check_again(i)
+            return True
+
+        def finish(i, r) -> None:
+            """Publish a result: a file done, or linted again with a new result."""
+            first = i not in done
+            results[i] = r
+            done.add(i)
+            published[i] = len(self.log)
+            self.publish(r)
+            if first:
+                to_front(asked_files(r))
+                if progress is not None:
+                    progress(1)
+            for j, (_, files, asked) in list(kept.items()):
+                if files is None or j == i:
+                    continue
+                if first and i in files:
+                    files.discard(i)
+                    if not files:
+                        check_again(j)
+                elif not first and i in asked:
+                    check_again(j)  # it asked about a file whose result changed
+
+        def send(w) -> bool:
+            if w["again"]:
+                i, kind = w["again"].pop(0), "again"
+            else:
+                i, kind = next_task(), "lint"
+                if i is None or i == _WAIT:
+                    return False
             delta = self.log[w["synced"]:]
             w["synced"] = len(self.log)
             w["tasks"].append(i)
-            w["conn"].send((i, self.files[i], opts_for(i), delta))
+            w["conn"].send((kind, i, self.files[i], opts_for(i), delta))
             return True
 
         def feed() -> None:
@@ -551,12 +705,26 @@ class OrderedPool:
             # gets its next file too, so that it never waits for this process between two
             # files (near the end, a file queued behind a long one would idle another worker)
             for w in self.workers:
-                if not w["tasks"] and not send(w):
-                    return
+                if not w["tasks"]:
+                    send(w)
             if len(pending) > _QUEUE_AHEAD_WHILE * len(self.workers):
                 for w in self.workers:
-                    if len(w["tasks"]) < 2 and not send(w):
-                        return
+                    if len(w["tasks"]) < 2:
+                        send(w)
+
+        def worker_died(w) -> int:
+            i = w["tasks"].pop(0)
+            # queued behind the one it died on: lint them again (what it kept is lost; those
+            # results stand)
+            lost = [j for j in w["tasks"] if j not in done]
+            for j in [j for j, k in kept.items() if k[0] is w]:
+                del kept[j]
+            pending[:0] = [j for j in lost if j not in pending_set]
+            pending_set.update(lost)
+            self.workers.remove(w)
+            self._start()
+            self.workers[-1]["again"], self.workers[-1]["kept"] = [], 0
+            return i
 
         feed()
         while any(w["tasks"] for w in self.workers):
@@ -564,28 +732,32 @@ class OrderedPool:
             for conn in wait(list(busy)):
                 w = busy[conn]
                 try:
-                    i, r = conn.recv()
+                    i, r, awaited = conn.recv()
                     w["tasks"].remove(i)
                 except (EOFError, OSError):  # the worker died (killed, out of memory)
-                    i = w["tasks"].pop(0)
-                    lost = w["tasks"]  # queued behind the one it died on: lint them again
-                    pending[:0] = lost
-                    pending_set.update(lost)
+                    i = worker_died(w)
+                    if i in done:  # checking a kept file: its result stands
+                        continue
                     r = FileResult(display_path(self.files[i]))
                     r.internal_error = True
                     r.findings.append(Finding("TL000", InternalErrorRule.name,
                                               "internal error: the worker process linting this file died",
                                               r.path, Span.of(1, 0, 1, 0)))
-                    self.workers.remove(w)
-                    self._start()
-                    w = self.workers[-1]
-                results[i] = r
-                done.add(i)
-                self.publish(r)
-                promote(r)
-                if progress is not None:
-                    progress(1)
+                    awaited = []
+                if i in kept:  # a check of a kept file
+                    del kept[i]
+                    w["kept"] -= weight(i)
+                    checks[i] = checks.get(i, 0) + 1
+                    self.stats["checked"] += 1
+                    self.stats["relinted"] += r is not None
+                if r is not None:
+                    finish(i, r)
+                if awaited and not keep(w, i, r if r is not None else results[i], awaited):
+                    w["conn"].send(("drop", i))
             feed()
+        for i, (w, _, _) in kept.items():
+            w["conn"].send(("drop", i))
+            w["kept"] -= weight(i)
         return results
 
     def close(self) -> None:
