@@ -425,8 +425,11 @@ def test_interrupt_reaches_the_worker(env, tmp_path):
     _big_project(tmp_path)
     # -j 1: a ^C also reaches the pool's processes (the worker leads their process group, as a
     # terminal's foreground group would), and they print their own KeyboardInterrupt
+    # as from a terminal: ^C not ignored (a command started in the background by a shell
+    # without job control, e.g. `.ci/run &`, inherits an ignored SIGINT, and so would this)
     proc = subprocess.Popen([sys.executable, "-m", "torchlint", "check", ".", "--no-cache", "-j", "1"], cwd=tmp_path,
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     _wait_for_worker(env, proc)
     time.sleep(0.5)  # into the lint (a ^C while click parses the arguments is its "Aborted!", status 1)
     proc.send_signal(signal.SIGINT)
