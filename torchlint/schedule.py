@@ -14,7 +14,9 @@ one would parse a connected tree twice, so files are linted imported-first inste
   an import cycle), together with the exports of every file finished since that worker last
   heard.  Each worker keeps its own copy of the project, so a
   file is linted against everything finished before it started. The modules a finished
-  file asked about and nobody has started move to the front of the queue.
+  file asked about and nobody has started move to the front of the queue. A file of an
+  import cycle linted before a module it asks about keeps its tree in its worker, and is
+  checked (and if need be linted from that tree) again once the module is done.
 
 The graph is a guess (an import inside a string or an ``exec`` is missed); a file linted
 before something it asks about is caught by the engine's answer check and linted again, so a
