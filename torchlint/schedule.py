@@ -689,6 +689,12 @@ class OrderedPool:
                 elif not first and i in asked:
                     check_again(j)  # it asked about a file whose result changed
 
+        def post(w, msg) -> None:
+            try:
+                w["conn"].send(msg)
+            except (OSError, ValueError):
+                pass  # it died: waiting for its result finds out (EOF), and re-queues its files
+
         def send(w) -> bool:
             if w["again"]:
                 i, kind = w["again"].pop(0), "again"
@@ -699,7 +705,7 @@ class OrderedPool:
             delta = self.log[w["synced"]:]
             w["synced"] = len(self.log)
             w["tasks"].append(i)
-            w["conn"].send((kind, i, self.files[i], opts_for(i), delta))
+            post(w, (kind, i, self.files[i], opts_for(i), delta))
             return True
 
         def feed() -> None:
@@ -755,10 +761,10 @@ class OrderedPool:
                 if r is not None:
                     finish(i, r)
                 if awaited and not keep(w, i, r if r is not None else results[i], awaited):
-                    w["conn"].send(("drop", i))
+                    post(w, ("drop", i))
             feed()
         for i, (w, _, _) in kept.items():
-            w["conn"].send(("drop", i))
+            post(w, ("drop", i))
             w["kept"] -= weight(i)
         return results
 
