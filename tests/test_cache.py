@@ -174,24 +174,34 @@ def test_edit_reads_only_the_exports_it_needs_and_keeps_the_others(tmp_path, tre
 
     src, paths = tree
     first = _found(run(paths, OPTS, cache=Cache(str(tmp_path / "c"))))
-    loads = []
-    real = cache_mod._Snapshot.load
+    loads, qloads = [], []
+    real, realq = cache_mod._Snapshot.load, cache_mod._Snapshot.load_queries
     monkeypatch.setattr(cache_mod._Snapshot, "load", lambda self, key: loads.append(key) or real(self, key))
+    monkeypatch.setattr(cache_mod._Snapshot, "load_queries",
+                        lambda self, key: qloads.append(key) or realq(self, key))
+    # an edit that leaves what lonely.py exports as it was: no other file's questions are read
+    with open(src / "lonely.py", "a") as fh:
+        fh.write("# reviewed\n")
+    assert _found(run(paths, OPTS, cache=Cache(str(tmp_path / "c")))) == first
+    assert qloads == []
     with open(src / "lonely.py", "a") as fh:
         fh.write("\n\ndef unused():\n    return 1\n")
+    del loads[:]
     results = run(paths, OPTS, cache=Cache(str(tmp_path / "c")))
     assert _found(results) == first
     # lonely.py asks nothing of the others: their exports are never parsed (only lonely.py's
     # old entry, to take its calls out of the totals and to compare its exports)
     assert len(set(loads)) <= 1
     assert sum(r.is_lazy() for r in results) == len(paths) - 1
-    # the snapshot written by that run copied the unread exports as they were: a change in
-    # the helpers still reaches main.py through them
+    # the snapshot written by that run copied the unread exports and questions as they were:
+    # a change in the helpers still reaches main.py through them
+    del qloads[:]
     _write(src / "helpers.py", HELPERS.format(train_line="model.train()"))
     del parses[:]
     fixed = _found(run(paths, OPTS, cache=Cache(str(tmp_path / "c"))))
     assert "main.py" not in fixed and fixed.get("lonely.py") == first["lonely.py"]
     assert sorted("from helpers import" in s for s in parses) == [False, True]
+    assert qloads  # main.py's questions, read from the snapshot, to find its answers changed
 
 
 def test_corrupt_entries_and_index_are_ignored(tmp_path, tree, parses):
@@ -213,7 +223,7 @@ def test_corrupt_entries_and_index_are_ignored(tmp_path, tree, parses):
     assert parses == [] and c2.hits == len(paths)
 
 
-@pytest.mark.parametrize("damage", ["spans", "called", "blob", "token"])
+@pytest.mark.parametrize("damage", ["spans", "qspans", "called", "blob", "token"])
 def test_damaged_run_snapshot_is_ignored_not_fatal(tmp_path, tree, damage):
     src, paths = tree
     cdir = tmp_path / "c"
@@ -225,6 +235,8 @@ def test_damaged_run_snapshot_is_ignored_not_fatal(tmp_path, tree, damage):
         d = json.load(fh)
     if damage == "spans":  # right keys, values out of shape
         d["spans"] = {k: ["0", None] for k in d["spans"]}
+    elif damage == "qspans":  # the questions past the end of the blob
+        d["qspans"] = {k: [off, n + 10 ** 9] for k, (off, n) in d["qspans"].items()}
     elif damage == "called":
         d["called"] = {"helpers.train_one_epoch": 3}
     elif damage == "token":  # an index paired with another run's blob

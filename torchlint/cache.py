@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import mmap
 import os
 import tempfile
 import time
@@ -99,6 +100,31 @@ class Cache:
                 return fh.read()
         except OSError:
             return None
+
+    @staticmethod
+    def _map(f: str):
+        """A cache file mapped read-only (the snapshot's blob of exports: 20 MB for the torch
+        tree, of which a run where a few files changed reads a few pages), if it is ours;
+        ``None`` otherwise. The cache replaces files (``os.replace``), never rewrites them,
+        so a mapping stays valid until it is let go. (Not on Windows, where a mapped file
+        cannot be replaced: the file is read.)"""
+        if os.name != "posix":
+            return Cache._read_bytes(f)
+        try:
+            fd = os.open(f, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except OSError:
+            return None
+        try:
+            st = os.fstat(fd)
+            if hasattr(os, "getuid") and st.st_uid != os.getuid():
+                return None
+            if st.st_size == 0:
+                return b""
+            return mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+        except (OSError, ValueError):
+            return None
+        finally:
+            os.close(fd)
 
     @classmethod
     def _read_json(cls, f: str) -> Optional[dict]:
@@ -208,11 +234,13 @@ class Cache:
         return got
 
     def _make_key(self, path: str, digest: str, opts) -> str:
-        h = hashlib.sha256()
-        h.update(__version__.encode())
-        h.update(self._fingerprint(opts).encode())
-        h.update(abspath(path).encode())
-        h.update(digest.encode())
+        fp = self._fingerprint(opts)
+        memo = self.__dict__.setdefault("_key_heads", {})
+        head = memo.get(fp)
+        if head is None:  # the version and the options: hashed once per run
+            head = memo[fp] = hashlib.sha256(__version__.encode() + fp.encode())
+        h = head.copy()
+        h.update((abspath(path) + digest).encode())
         return h.hexdigest()
 
     def _file(self, key: str) -> str:
@@ -279,19 +307,21 @@ class Cache:
         if self._full is None:
             self._full, self._full_paths, self._store, self._last_keys = {}, None, None, {}
             d = self._read_json(self._snapshot_file(opts, "-index.json"))
-            blob = self._read_bytes(self._snapshot_file(opts, "-exports.bin")) if d is not None else None
+            blob = self._map(self._snapshot_file(opts, "-exports.bin")) if d is not None else None
             token = d.get("token") if d is not None else None
-            if blob is not None and isinstance(token, str) and blob.startswith(token.encode()) and all(
-                    isinstance(d.get(k), dict) for k in ("results", "spans", "called")) and _pairs(
-                    d["spans"]) and _pairs(d["called"]) and all(isinstance(r, dict) for r in d["results"].values()) \
-                    and all(off + n <= len(blob) - len(token) for off, n in d["spans"].values()):
-                self._store = _Snapshot(memoryview(blob)[len(token):], d["spans"], d["called"])
+            if blob is not None and isinstance(token, str) and blob[:len(token)] == token.encode() and all(
+                    isinstance(d.get(k), dict) for k in ("results", "spans", "qspans", "called")) and _pairs(
+                    d["spans"], len(blob) - len(token)) and _pairs(d["qspans"], len(blob) - len(token)) and _pairs(
+                    d["called"]) and all(isinstance(r, dict) for r in d["results"].values()):
+                self._store = _Snapshot(memoryview(blob)[len(token):], d["spans"], d["called"], d["qspans"])
                 self._full = d["results"]
                 self._full_paths = d.get("paths")
                 keys = d.get("keys")
                 if isinstance(self._full_paths, list) and isinstance(keys, list) \
                         and len(keys) == len(self._full_paths):
                     self._last_keys = dict(zip(self._full_paths, keys))
+            elif isinstance(blob, mmap.mmap):
+                blob.close()
         return self._full
 
     def last_exports(self, path: str, opts) -> Optional[tuple]:
@@ -366,21 +396,27 @@ class Cache:
             return
         token = os.urandom(16).hex()
         blob = bytearray(token.encode())
-        lite, full, spans, keys = [], {}, {}, []
+        lite, full, spans, qspans, keys = [], {}, {}, {}, []
         for f, r in zip(files, results):
-            d = r.to_lite_json()
+            d = r.to_lite_json(queries=False)
             h = self.run_hash(f)
             if h is not None:
                 key = self._key(f, h, opts)
                 keys.append(key)
                 full[key] = d
-                src = r.__dict__.get("_lazy")  # read or not, its exports are the snapshot's
+                # read or not, a result of the last run's snapshot has its exports and its
+                # questions there: copied as they are
+                src = r.__dict__.get("_lazy")
                 try:
                     raw = bytes(src.store.raw(src.key)) if src is not None else json.dumps(r.exports()).encode()
+                    rawq = bytes(src.store.raw_queries(src.key)) if src is not None \
+                        and "queries" not in r.__dict__ else json.dumps(r.queries).encode()
                 except (TypeError, ValueError, KeyError):
                     return  # not serialisable: no snapshot (each file's entry is still written)
                 spans[key] = [len(blob) - len(token), len(raw)]
                 blob += raw
+                qspans[key] = [len(blob) - len(token), len(rawq)]
+                blob += rawq
             else:
                 keys.append(None)
             lite.append(dict(d, summaries={}, classes={}, reexports={}, called=[], stars=[], queries=[]))
@@ -388,26 +424,41 @@ class Cache:
         # the blob first: an index is never paired with another run's blob (the token)
         if self._write_bytes(self._snapshot_file(opts, "-exports.bin"), bytes(blob)):
             self._write_json(self._snapshot_file(opts, "-index.json"), {
-                "version": __version__, "results": full, "spans": spans, "called": called, "token": token,
+                "version": __version__, "results": full, "spans": spans, "qspans": qspans, "called": called,
+                "token": token,
                 "paths": [abspath(p) for p in files], "keys": keys})
         self._write_json(self._snapshot_file(opts, ".json"),
                          {"version": __version__, "digest": digest, "results": lite})
 
 
-def _pairs(d: dict) -> bool:
-    """Every value is a pair of non-negative integers (a snapshot's spans and call counts)."""
-    return all(type(v) is list and len(v) == 2 and type(v[0]) is int and type(v[1]) is int
-               and v[0] >= 0 and v[1] >= 0 for v in d.values())
+def _pairs(d: dict, limit: Optional[int] = None) -> bool:
+    """Every value is a pair of non-negative integers (a snapshot's spans and call counts);
+    with ``limit``, spans that end by it."""
+    try:
+        for v in d.values():
+            if type(v) is not list:
+                return False
+            a, b = v
+            if type(a) is not int or type(b) is not int or a < 0 or b < 0 or (limit is not None and a + b > limit):
+                return False
+    except ValueError:  # not a pair
+        return False
+    return True
 
 
 class _Snapshot:
-    """The exports of the last run's results: one blob, each result's part parsed when read."""
+    """The exports and the questions of the last run's results: one blob, each result's part
+    parsed when read."""
 
-    def __init__(self, blob, spans: dict, called: dict):
-        self.blob, self.spans, self.called = blob, spans, called
+    def __init__(self, blob, spans: dict, called: dict, qspans: dict):
+        self.blob, self.spans, self.called, self.qspans = blob, spans, called, qspans
 
     def raw(self, key: str):
         off, n = self.spans[key]
+        return self.blob[off:off + n]
+
+    def raw_queries(self, key: str):
+        off, n = self.qspans[key]
         return self.blob[off:off + n]
 
     def load(self, key: str) -> dict:
@@ -416,6 +467,13 @@ class _Snapshot:
         except (KeyError, ValueError, TypeError):
             d = None
         return d if isinstance(d, dict) else {}
+
+    def load_queries(self, key: str) -> list:
+        try:
+            q = json.loads(bytes(self.raw_queries(key)))
+        except (KeyError, ValueError, TypeError):
+            q = None
+        return q if isinstance(q, list) and all(type(x) is str for x in q) else []
 
     def called_counts(self, keys) -> dict:
         """The calls-from-other-modules counts of the results ``keys`` (the snapshot's totals
@@ -436,6 +494,18 @@ class _Snapshot:
         got = memo[keys] = {q: c for q, c in total.items() if c[0] > 0}
         return got  # shared: callers copy the counts
 
+    def called_sets(self, keys) -> tuple:
+        """The qualnames :meth:`called_counts` counts, and those called only under
+        ``no_grad`` (shared: callers copy them)."""
+        counts = self.called_counts(keys)
+        memo = self.__dict__.setdefault("_sets", {})
+        got = memo.get(id(counts))
+        if got is None or got[0] is not counts:
+            memo.clear()
+            got = memo[id(counts)] = (counts, frozenset(counts), frozenset(
+                q for q, (n, under) in counts.items() if n and under == n))
+        return got[1], got[2]
+
 
 class _Pending:
     """Where a lazy result's exports are."""
@@ -447,3 +517,6 @@ class _Pending:
 
     def load(self) -> dict:
         return self.store.load(self.key)
+
+    def load_queries(self) -> list:
+        return self.store.load_queries(self.key)

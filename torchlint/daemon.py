@@ -527,6 +527,11 @@ def _become_client(msg, fds) -> int:
     from .cli import main as cli_main
 
     cache.defer_writes(True)  # written after the client has its answer (_write_deferred)
+    # This process ends with os._exit after one check: the collector would only walk what the
+    # check decoded (the cache's snapshot: a few hundred thousand objects, no cycles) at a
+    # cost of 10-80 ms. Linting collects for itself where it matters (lint_text breaks the
+    # model's cycles; a pool in this process collects every GC_EVERY files).
+    gc.disable()
 
     try:
         cli_main.main(args=argv, standalone_mode=True)

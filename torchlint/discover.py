@@ -175,11 +175,12 @@ def _walk(d, exclude, ignores, respect_gitignore, follow_symlinks, inside_roots,
     except OSError as exc:
         out.errors.append((d, f"cannot read directory: {exc.strerror or exc}"))
         return
+    base = real + os.sep if not real.endswith(os.sep) else real
     for e in entries:
-        path = os.path.join(d, e.name)
+        path = e.path  # d joined with the name
         try:
             is_link = e.is_symlink()
-            target = os.path.join(real, e.name)
+            target = base + e.name
             if is_link:
                 target = os.path.realpath(path)
                 if not follow_symlinks and not inside_roots(target):
@@ -215,22 +216,33 @@ _PACKAGES: dict = {}  # folder -> its dotted package name ("" outside packages),
 
 
 def forget_packages() -> None:
-    """Forget what one run learnt of the disk: folders' packages, absolute paths."""
+    """Forget what one run learnt of the disk: folders' packages, absolute paths, the working
+    directory."""
     _PACKAGES.clear()
     _ABSPATHS.clear()
 
 
 _ABSPATHS: dict = {}  # path -> os.path.abspath(path), for one run (it calls getcwd() each time)
+_CWD = "\0cwd"  # the working directory's key in _ABSPATHS
 
 
 def abspath(path: str) -> str:
     """``os.path.abspath``, once per path and run (the cache, the module table and the
-    engine each ask for every file of the tree)."""
+    engine each ask for every file of the tree), with ``getcwd()`` once per run."""
     got = _ABSPATHS.get(path)
     if got is None:
         if len(_ABSPATHS) > 200_000:  # a long-lived process (the language server)
             _ABSPATHS.clear()
-        got = _ABSPATHS[path] = os.path.abspath(path)
+        if os.name != "posix":
+            got = os.path.abspath(path)
+        elif os.path.isabs(path):
+            got = os.path.normpath(path)
+        else:
+            cwd = _ABSPATHS.get(_CWD)
+            if cwd is None:
+                cwd = _ABSPATHS[_CWD] = os.getcwd()
+            got = os.path.normpath(os.path.join(cwd, path))
+        _ABSPATHS[path] = got
     return got
 
 

@@ -52,15 +52,20 @@ class FileResult:
             "module": self.module, "parsed": self.parsed,
         }
 
-    def to_lite_json(self) -> dict:
-        """``to_json`` without the exports (and without reading them)."""
-        return {"path": self.path, "findings": [f.to_dict() for f in self.findings], "queries": self.queries,
-                "error": self.error, "internal_error": self.internal_error, "answers": self.answers,
-                "module": self.module, "parsed": self.parsed}
+    def to_lite_json(self, queries: bool = True) -> dict:
+        """``to_json`` without the exports (and without reading them); without the questions
+        too unless ``queries``."""
+        d = {"path": self.path, "findings": [f.to_dict() for f in self.findings],
+             "error": self.error, "internal_error": self.internal_error, "answers": self.answers,
+             "module": self.module, "parsed": self.parsed}
+        if queries:
+            d["queries"] = self.queries
+        return d
 
     # What a file exports to the project. A result of the last run's snapshot reads them only
     # when something looks at them (``lazy``): a run where one file changed parses the exports
-    # of the modules it asks about, not those of the whole tree.
+    # of the modules it asks about, not those of the whole tree. Its questions, most of the
+    # snapshot's bytes, are read apart from them, when its answers have to be checked.
     EXPORTS = ("summaries", "classes", "called", "reexports", "stars")
 
     def exports(self) -> dict:
@@ -68,20 +73,28 @@ class FileResult:
 
     @classmethod
     def lazy(cls, d: dict, source) -> "FileResult":
-        """A result whose exports ``source.load()`` gives on first access (``d`` without them)."""
-        r = cls.from_json(dict(d, summaries={}, classes={}, called=[]))
-        for k in cls.EXPORTS:
-            del r.__dict__[k]
-        r.__dict__["_lazy"] = source
+        """A result whose exports ``source.load()`` and questions ``source.load_queries()`` give
+        on first access (``d``: ``to_lite_json(queries=False)``)."""
+        r = cls.__new__(cls)
+        findings = d["findings"]
+        r.__dict__.update(
+            path=d["path"], findings=[Finding.from_dict(x) for x in findings] if findings else [],
+            error=d["error"], internal_error=d["internal_error"], answers=d.get("answers", ""),
+            module=d.get("module", ""), parsed=bool(d.get("parsed", True)), _lazy=source)
         return r
 
     def is_lazy(self) -> bool:
         """Its exports have not been read yet."""
         return "summaries" not in self.__dict__
 
-    def __getattr__(self, name):  # only for attributes not set: the exports of a lazy result
+    def __getattr__(self, name):  # only for attributes not set: what a lazy result has not read
         source = self.__dict__.get("_lazy")
-        if source is None or name not in FileResult.EXPORTS:
+        if source is None:
+            raise AttributeError(name)
+        if name == "queries":
+            got = self.__dict__["queries"] = source.load_queries()
+            return got
+        if name not in FileResult.EXPORTS:
             raise AttributeError(name)
         d = source.load()
         for k in FileResult.EXPORTS:
@@ -90,6 +103,7 @@ class FileResult:
 
     def __getstate__(self):
         self.exports()  # read what is pending; the source stays in this process
+        self.queries
         return {k: v for k, v in self.__dict__.items() if k != "_lazy"}
 
     @classmethod
@@ -492,20 +506,51 @@ def _merge(project: ProjectIndex, results) -> None:
 
 def count_calls(project: ProjectIndex, results) -> None:
     """The project's sets of functions other modules call (at all; only under ``no_grad``)."""
-    counts = called_counts(results)
-    project.called = set(counts)
-    project.called_under_no_grad = {q for q, (n, under) in counts.items() if n and under == n}
+    base, extra, sets = called_parts(results)
+    called, under = (set(sets[0]), set(sets[1])) if sets is not None else (set(), set())
+    for q, (n, u) in extra.items():  # what differs from the snapshot's totals
+        b = base.get(q)
+        if b is not None:
+            n, u = n + b[0], u + b[1]
+        if n:
+            called.add(q)
+        else:
+            called.discard(q)
+        if n and u == n:
+            under.add(q)
+        else:
+            under.discard(q)
+    project.called, project.called_under_no_grad = called, under
 
 
 def called_counts(results) -> dict:
     """qualname -> [calls from other modules, how many of them under ``no_grad``]. Cached
     results not read yet count through their snapshot's totals."""
-    counts: dict = {}
-
-    def add(q, n, under) -> None:
+    base, extra, _ = called_parts(results)
+    counts = {q: list(c) for q, c in base.items()}
+    for q, (n, u) in extra.items():
         c = counts.get(q)
         if c is None:
-            c = counts[q] = [0, 0]
+            counts[q] = [n, u]
+        else:
+            c[0] += n
+            c[1] += u
+    return counts
+
+
+def called_parts(results) -> tuple:
+    """The calls-from-other-modules counts of ``results`` in two parts: ``base``, the totals of
+    the results of the last run's snapshot (shared: not to be changed), and ``extra`` (those of
+    the others, a few in a run where a few files changed), with ``base``'s sets of called
+    qualnames and of those called only under ``no_grad`` (``None`` when ``base`` is empty).
+    Copying a whole tree's counts (27,000 qualnames for torch) for each look cost more than
+    the lint of the file that changed."""
+    extra: dict = {}
+
+    def add(q, n, under) -> None:
+        c = extra.get(q)
+        if c is None:
+            c = extra[q] = [0, 0]
         c[0] += n
         c[1] += under
 
@@ -517,17 +562,20 @@ def called_counts(results) -> dict:
             lazy.setdefault(id(src.store), []).append(src)
         else:
             plain.append(r)
+    base: dict = {}
+    sets = None
     for group in lazy.values():
-        totals = group[0].store.called_counts([src.key for src in group])
-        if not counts:  # the first snapshot (usually the only one): start from its totals
-            counts.update((q, list(c)) for q, c in totals.items())
+        keys = [src.key for src in group]
+        if sets is None:  # the first snapshot (usually the only one)
+            base = group[0].store.called_counts(keys)
+            sets = group[0].store.called_sets(keys)
             continue
-        for q, (n, under) in totals.items():
+        for q, (n, under) in group[0].store.called_counts(keys).items():
             add(q, n, under)
     for r in plain:
         for q, off in r.called:
             add(q, 1, bool(off))
-    return counts
+    return base, extra, sets
 
 
 def _queried_unparsed(project: ProjectIndex, files, results, fresh=None) -> list:
@@ -622,18 +670,22 @@ def run(files, opts: LintOptions, jobs: int = 1, cache=None, progress=None) -> l
     from .discover import forget_packages
 
     forget_packages()  # folders may have gained or lost an __init__.py since the last run
-    threshold = gc.get_threshold()
-    gc.set_threshold(*_GC_THRESHOLD)
+    was_on = gc.isenabled()
+    gc.disable()
     try:
         return _run(files, opts, jobs, cache, progress)
     finally:
-        gc.set_threshold(*threshold)
+        if was_on:
+            gc.enable()
 
 
 # A parse allocates millions of libcst nodes that live until the file is done. The collector is
-# off inside ``lint_text`` (and the model's cycles are broken there); between files, what is
-# left (the project's exports, results) is collected with these thresholds and every GC_EVERY
-# files.
+# off inside ``lint_text`` (and the model's cycles are broken there). The run's own bookkeeping
+# (the cache's snapshot, the project's exports, the results: JSON-like data, no reference
+# cycles) is not walked either: ``run`` keeps the collector off, and a pool in this process
+# collects every GC_EVERY files. (A warm run decodes a few hundred thousand objects from the
+# cache; each automatic collection over them cost 12-80 ms of a 0.3 s run.) Pool workers
+# collect with these thresholds between files.
 _GC_THRESHOLD = (100_000, 50, 100)
 GC_EVERY = 256
 
@@ -715,9 +767,9 @@ def _run(files, opts: LintOptions, jobs: int, cache, progress) -> list:
             stale = [i for i in fresh if not _same_exports(cache, files[i], results[i], opts)]
             changed = {results[i].module for i in stale if results[i].module}
             check_all = len(changed) * 4 > len(files) or gone
-            again = [i for i, r in enumerate(results) if r.queries and (
-                check_all or i in fresh or (stale and _may_depend(r.queries, changed)))
-                and _answers(project, r.queries, memo) != r.answers]
+            # (a cached result reads its questions only when they have to be checked)
+            again = [i for i, r in enumerate(results) if (check_all or i in fresh or stale and r.queries and _may_depend(
+                r.queries, changed)) and r.queries and _answers(project, r.queries, memo) != r.answers]
             if not again:
                 break
             for i, r in pool.run(again, lambda i: opts).items():

@@ -134,12 +134,14 @@ class ProjectIndex:
             else:
                 name = f"{pkg}.{stem}" if pkg else stem
             entries.append((name, root, ap, f))
-        count: dict = {}
+        first: dict = {}  # name -> the import root of its first file
+        shared = set()  # names of files under several import roots
         for name, root, ap, f in entries:
-            count.setdefault(name, set()).add(root)
+            if first.setdefault(name, root) != root:
+                shared.add(name)
         p = cls()
         for name, root, ap, f in entries:
-            if len(count[name]) == 1:
+            if name not in shared:
                 key = name
             else:
                 key = f"{name}@{hashlib.sha1(root.encode()).hexdigest()[:8]}"

@@ -281,6 +281,34 @@ def exports_of(result) -> tuple:
             result.stars, result.called)
 
 
+class _Counts:
+    """Calls-from-other-modules counts as ``ProjectReplica.apply`` updates them: its own
+    counts over shared ``base`` ones, a qualname copied from ``base`` when first looked up
+    (a file that changed touches a few of a tree's thousands)."""
+
+    __slots__ = ("base", "own")
+    _GONE = None
+
+    def __init__(self, base: dict, own: dict):
+        self.base, self.own = base, own
+
+    def get(self, q):
+        if q in self.own:
+            return self.own[q]
+        c = self.base.get(q)
+        if c is not None:
+            c = self.own[q] = list(c)
+        return c
+
+    def __setitem__(self, q, c) -> None:
+        self.own[q] = c
+
+    def pop(self, q, default=None):
+        c = self.get(q)
+        self.own[q] = self._GONE
+        return default if c is None else c
+
+
 class ProjectReplica:
     """A worker's copy of the project, updated with each finished file's exports (a file
     linted again replaces what it exported before)."""
@@ -489,10 +517,11 @@ class InlinePool:
 
     def publish_cached(self, results) -> None:
         """The cached results, all at once (nothing to replace yet)."""
-        from .engine import _merge, called_counts
+        from .engine import _merge, called_parts
 
         _merge(self.project, results)
-        self.replica.counts = called_counts(results)
+        base, extra, _ = called_parts(results)
+        self.replica.counts = _Counts(base, extra)
         for r in results:  # a cached result is read only if a later result replaces it
             self.replica.by_file[r.path] = r if r.is_lazy() else exports_of(r)
 
