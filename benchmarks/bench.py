@@ -20,7 +20,9 @@ For each corpus, in one invocation, on the same files and the same number of pro
 * ruff               (``ruff check --select ALL``, RAYON_NUM_THREADS=N; a reference, Rust)
 
 and torchlint cold on 10%, 50% and 100% of the files (every 10th, every 2nd, all: the same mix
-of file sizes) to show that throughput does not degrade with the size of the tree.
+of file sizes) to show that throughput does not degrade with the size of the tree. These run
+right after the cold run on 100% (the machine's speed drifts over minutes), the 10% sample
+three times (its median: a run of seconds varies most).
 
 Each tool runs in a child ``python bench.py --_measure`` that records wall time and the peak
 resident memory of the largest process of the tree (``getrusage(RUSAGE_CHILDREN).ru_maxrss``:
@@ -189,7 +191,26 @@ def pick_median(files) -> str:
     return sized[len(sized) // 2][1]
 
 
-def touched_run(cmd, root: str, touched: str, env_extra=None) -> dict:
+def touched_run(cmd, root: str, touched: str, env_extra=None, reps: int = 3) -> dict:
+    """The median of ``reps`` runs of ``cmd``, each after an edit of ``touched`` (a comment
+    appended, never seen by the cache before)."""
+    return _median([_touched_once(cmd, root, touched, env_extra) for _ in range(reps)])
+
+
+def _median(runs) -> dict:
+    """The run of median wall time, with every wall time under ``walls`` when there are several."""
+    runs = sorted(runs, key=lambda x: x["wall"])
+    r = dict(runs[len(runs) // 2])
+    if len(runs) > 1:
+        r["walls"] = [x["wall"] for x in runs]
+    return r
+
+
+def _reps_note(r) -> str:
+    return f" (median of {', '.join(f'{w:.2f}' for w in r['walls'])})" if "walls" in r else ""
+
+
+def _touched_once(cmd, root: str, touched: str, env_extra=None) -> dict:
     """``cmd`` after an edit of ``touched`` (a comment appended, never seen by the cache
     before); the file is restored and the cache brought back to that state afterwards."""
     with open(touched, "rb") as fh:
@@ -345,7 +366,8 @@ def bench_corpus(name, root, args, scratch) -> dict:
     def row(label, r, n_files=len(files), n_lines=lines):
         r.update(files=n_files, lines=n_lines)
         rows[label] = r
-        print(f"  {label:<22} {r['wall']:8.2f} s  rc={r.get('rc')}  {r['maxrss_mb']:.0f} MB", file=sys.stderr)
+        print(f"  {label:<22} {r['wall']:8.2f} s{_reps_note(r)}  rc={r.get('rc')}  {r['maxrss_mb']:.0f} MB",
+              file=sys.stderr)
 
     print(f"{name}: {len(files)} files, {lines} lines, {jobs} processes", file=sys.stderr)
     # warm the bytecode caches of the tools (not their result caches)
@@ -353,8 +375,30 @@ def bench_corpus(name, root, args, scratch) -> dict:
     tf = args.torchfix or shutil.which("torchfix")
     if "torchfix" in args.tools and tf and os.path.exists(tf):
         subprocess.run([tf, "--version"], env=_env(), capture_output=True)
+    # The order keeps what is compared close in time (the machine's speed drifts over minutes):
+    # the 10% and 50% samples, then the whole tree cold, then the libcst floor; TorchFix right
+    # after torchlint on the same sample of files.
+    if "torchlint" in args.tools and not args.no_scaling:
+        res["scaling"] = {}
+        for pct, step, reps in ((10, 10, 3), (50, 2, 1)):  # the 10% sample (seconds, the noisiest): a median of 3
+            sub = files[::step]
+            runs = []
+            for _ in range(reps):
+                c = os.path.join(scratch, f"{name}.cache{pct}")
+                shutil.rmtree(c, ignore_errors=True)
+                runs.append(_run(torchlint_cmd(sub, c, jobs)))
+            res["scaling"][pct] = r = _median(runs)
+            r.update(files=len(sub), lines=count_lines(sub))
+            print(f"  cold on {pct:>3}%: {r['wall']:8.2f} s{_reps_note(r)}  {r['lines'] / r['wall']:,.0f} lines/s",
+                  file=sys.stderr)
     if "torchlint" in args.tools:
         row("torchlint cold", _run(torchlint_cmd([root], cache, jobs)))
+        if "scaling" in res:
+            res["scaling"][100] = dict(rows["torchlint cold"])
+    if "libcst" in args.tools:
+        row("libcst parse (floor)", _run([sys.executable, os.path.abspath(__file__), "--_parse-floor",
+                                          listfile, str(jobs)]))
+    if "torchlint" in args.tools:
         row("torchlint warm", _run(torchlint_cmd([root], cache, jobs)))
         touched = pick_touched(files)
         median = pick_median(files)
@@ -395,32 +439,22 @@ def bench_corpus(name, root, args, scratch) -> dict:
                 row("TorchFix 0.7.0", _run([tf, "--select", "ALL", "-j", str(jobs), root]))
             else:  # a strided sample (same mix of files); compared by throughput
                 sub = files[::k]
+                n_sub = count_lines(sub)
+                if "torchlint" in args.tools:
+                    # torchlint cold on the same files just before: the two figures come from
+                    # the same minutes of the machine (the whole-tree run was many minutes ago)
+                    c = os.path.join(scratch, f"{name}.cache-tf")
+                    shutil.rmtree(c, ignore_errors=True)
+                    row(f"torchlint cold (the same 1 in {k} files)", _run(torchlint_cmd(sub, c, jobs)),
+                        len(sub), n_sub)
                 row(f"TorchFix 0.7.0 (1 in {k} files)",
-                    _run([tf, "--select", "ALL", "-j", str(jobs)] + sub), len(sub), count_lines(sub))
+                    _run([tf, "--select", "ALL", "-j", str(jobs)] + sub), len(sub), n_sub)
         else:
             print("  TorchFix: not found (pass --torchfix PATH)", file=sys.stderr)
-    if "libcst" in args.tools:
-        row("libcst parse (floor)", _run([sys.executable, os.path.abspath(__file__), "--_parse-floor",
-                                          listfile, str(jobs)]))
     if "ruff" in args.tools and shutil.which("ruff"):
         row("ruff (reference)", _run(["ruff", "check", "--no-cache", "--isolated", "--select", "ALL",
                                       "--exit-zero", "-q", "-o", os.devnull, root],
                                      {"RAYON_NUM_THREADS": str(jobs)}))
-    if "torchlint" in args.tools and not args.no_scaling:
-        res["scaling"] = {}
-        for pct, step in ((10, 10), (50, 2), (100, 1)):
-            sub = files[::step]
-            n_lines = count_lines(sub)
-            if pct == 100 and "torchlint cold" in rows:
-                r = dict(rows["torchlint cold"])
-            else:
-                c = os.path.join(scratch, f"{name}.cache{pct}")
-                shutil.rmtree(c, ignore_errors=True)
-                # files named on the command line: pass them through a list file via xargs-like chunks
-                r = _run(torchlint_cmd(sub, c, jobs))
-            r.update(files=len(sub), lines=n_lines)
-            res["scaling"][pct] = r
-            print(f"  cold on {pct:>3}%: {r['wall']:8.2f} s  {n_lines / r['wall']:,.0f} lines/s", file=sys.stderr)
     return res
 
 
@@ -441,8 +475,13 @@ def render(results, load) -> str:
             ratio = f"{base / (r['lines'] / w):.2f}×" if base else "-"
             note = f" ({r['touched']})" if r.get("touched") else ""
             rc = "" if r.get("rc", 0) in (0, 1) else f" [rc {r.get('rc')}]"
-            out.append(f"| {label}{note}{rc} | {w:.2f} | {r.get('cpu', float('nan')):.2f} | {r['files'] / w:,.0f} | {r['lines'] / w:,.0f} | "
+            out.append(f"| {label}{note}{rc} | {w:.2f}{_reps_note(r)} | {r.get('cpu', float('nan')):.2f} | {r['files'] / w:,.0f} | {r['lines'] / w:,.0f} | "
                        f"{r['maxrss_mb']:.0f} | {ratio} |")
+        same = next((r for label, r in rows.items() if label.startswith("torchlint cold (the same")), None)
+        tfx = next((r for label, r in rows.items() if label.startswith("TorchFix")), None)
+        if same is not None and tfx is not None:
+            out.append(f"\nTorchFix against torchlint cold on the same {same['files']:,} files, run one after the "
+                       f"other: {tfx['wall'] / same['wall']:.2f}× the time")
         lsp = next((r for r in rows.values() if "index_s" in r), None)
         if lsp is not None:
             out.append(f"\n`torchlint lsp` in the same tree: workspace index ready in {lsp['index_s']:.2f} s "
@@ -453,7 +492,9 @@ def render(results, load) -> str:
             out.append("| torchlint cold on | files | lines | wall (s) | lines/s |")
             out.append("|---|---:|---:|---:|---:|")
             for pct, r in res["scaling"].items():
-                out.append(f"| {pct}% | {r['files']:,} | {r['lines']:,} | {r['wall']:.2f} | {r['lines'] / r['wall']:,.0f} |")
+                reps = _reps_note(r)
+                out.append(f"| {pct}% | {r['files']:,} | {r['lines']:,} | {r['wall']:.2f}{reps} | "
+                           f"{r['lines'] / r['wall']:,.0f} |")
             rates = [r["lines"] / r["wall"] for r in res["scaling"].values()]
             out.append(f"\nspread of lines/s: {100 * (max(rates) - min(rates)) / max(rates):.0f}%")
         out.append("")
