@@ -79,6 +79,7 @@ class ModuleModel:
         self.here = _os.path.dirname(_os.path.abspath(path)) if path else None
         self.root = self.project.roots.get(self.module_name, self.here)
         self._located: dict = {}
+        self._resolved: dict = {}  # an external qualname -> where the project's re-exports lead
         self._dataflow_state: dict = {}
         self.binder = Binder(module, self.imports)
         self.binder.bind()
@@ -388,7 +389,9 @@ class ModuleModel:
         if target is None:
             return None
         if isinstance(target, ExternalRef):
-            q = self.project.resolve(target.qualname)
+            q = self._resolved.get(target.qualname)
+            if q is None:  # asked many times over (every call, every aspect): resolved once
+                q = self._resolved[target.qualname] = self.project.resolve(target.qualname)
             self.external_queries.add(q if aspect == "effects" else f"{aspect}:{q}")
             return self.project.summaries.get(q)
         key = id(target)

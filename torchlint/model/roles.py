@@ -505,11 +505,15 @@ class ModeSensitivity:
                 continue
             if self._external(raw):
                 return True
-        try:
-            if _TRAINING_ATTR.search(self.mm.code_for(cls.node)):
+        # the class's code is a piece of the module's text: generated (a walk with a callback
+        # per node) only when the text mentions ``.training`` at all
+        text = getattr(self.mm, "text", None)
+        if not isinstance(text, str) or self._text_mentions_training(text):
+            try:
+                if _TRAINING_ATTR.search(self.mm.code_for(cls.node)):
+                    return True
+            except Exception:
                 return True
-        except Exception:
-            return True
         for m in cls.methods.values():
             if m.name == "__init__":
                 for p in m.params[1:]:
@@ -520,6 +524,12 @@ class ModeSensitivity:
                 if isinstance(op, CallOp) and self._call(m, op.node):
                     return True
         return False
+
+    def _text_mentions_training(self, text: str) -> bool:
+        got = self.__dict__.get("_mentions")
+        if got is None:
+            got = self._mentions = _TRAINING_ATTR.search(text) is not None
+        return got
 
     def _external(self, name: str) -> bool:
         getter = getattr(self.mm, "external_class", None)
