@@ -102,8 +102,8 @@ class FileResult:
         return self.__dict__[name]
 
     def __getstate__(self):
-        self.exports()  # read what is pending; the source stays in this process
-        self.queries
+        self.exports()  # read what is pending (exports, questions); the source stays in this process
+        _ = self.queries
         return {k: v for k, v in self.__dict__.items() if k != "_lazy"}
 
     @classmethod
@@ -768,8 +768,9 @@ def _run(files, opts: LintOptions, jobs: int, cache, progress) -> list:
             changed = {results[i].module for i in stale if results[i].module}
             check_all = len(changed) * 4 > len(files) or gone
             # (a cached result reads its questions only when they have to be checked)
-            again = [i for i, r in enumerate(results) if (check_all or i in fresh or stale and r.queries and _may_depend(
-                r.queries, changed)) and r.queries and _answers(project, r.queries, memo) != r.answers]
+            again = [i for i, r in enumerate(results)
+                     if (check_all or i in fresh or stale and r.queries and _may_depend(r.queries, changed))
+                     and r.queries and _answers(project, r.queries, memo) != r.answers]
             if not again:
                 break
             for i, r in pool.run(again, lambda i: opts).items():
