@@ -20,9 +20,9 @@ For each corpus, in one invocation, on the same files and the same number of pro
 * ruff               (``ruff check --select ALL``, RAYON_NUM_THREADS=N; a reference, Rust)
 
 and torchlint cold on 10%, 50% and 100% of the files (every 10th, every 2nd, all: the same mix
-of file sizes) to show that throughput does not degrade with the size of the tree. These run
-right after the cold run on 100% (the machine's speed drifts over minutes), the 10% sample
-three times (its median: a run of seconds varies most).
+of file sizes) to show that throughput does not degrade with the size of the tree. The 10% and
+50% samples run right before the cold run on 100% (the machine's speed drifts over minutes),
+the 10% sample three times (its median: a run of seconds varies most).
 
 Each tool runs in a child ``python bench.py --_measure`` that records wall time and the peak
 resident memory of the largest process of the tree (``getrusage(RUSAGE_CHILDREN).ru_maxrss``:
@@ -206,6 +206,15 @@ def _median(runs) -> dict:
     return r
 
 
+def _cold_median(sub, cache_dir: str, jobs: int, reps: int) -> dict:
+    """torchlint cold on the files ``sub``, ``reps`` times from an empty ``cache_dir``: the median."""
+    runs = []
+    for _ in range(reps):
+        shutil.rmtree(cache_dir, ignore_errors=True)
+        runs.append(_run(torchlint_cmd(sub, cache_dir, jobs)))
+    return _median(runs)
+
+
 def _reps_note(r) -> str:
     return f" (median of {', '.join(f'{w:.2f}' for w in r['walls'])})" if "walls" in r else ""
 
@@ -382,12 +391,7 @@ def bench_corpus(name, root, args, scratch) -> dict:
         res["scaling"] = {}
         for pct, step, reps in ((10, 10, 3), (50, 2, 1)):  # the 10% sample (seconds, the noisiest): a median of 3
             sub = files[::step]
-            runs = []
-            for _ in range(reps):
-                c = os.path.join(scratch, f"{name}.cache{pct}")
-                shutil.rmtree(c, ignore_errors=True)
-                runs.append(_run(torchlint_cmd(sub, c, jobs)))
-            res["scaling"][pct] = r = _median(runs)
+            res["scaling"][pct] = r = _cold_median(sub, os.path.join(scratch, f"{name}.cache{pct}"), jobs, reps)
             r.update(files=len(sub), lines=count_lines(sub))
             print(f"  cold on {pct:>3}%: {r['wall']:8.2f} s{_reps_note(r)}  {r['lines'] / r['wall']:,.0f} lines/s",
                   file=sys.stderr)
@@ -448,12 +452,8 @@ def bench_corpus(name, root, args, scratch) -> dict:
                     # torchlint cold on the same files just before: the two figures come from
                     # the same minutes of the machine (the whole-tree run was many minutes ago);
                     # a run of seconds, so the median of three
-                    c = os.path.join(scratch, f"{name}.cache-tf")
-                    runs = []
-                    for _ in range(3):
-                        shutil.rmtree(c, ignore_errors=True)
-                        runs.append(_run(torchlint_cmd(sub, c, jobs)))
-                    row(f"torchlint cold (the same 1 in {k} files)", _median(runs), len(sub), n_sub)
+                    row(f"torchlint cold (the same 1 in {k} files)",
+                        _cold_median(sub, os.path.join(scratch, f"{name}.cache-tf"), jobs, 3), len(sub), n_sub)
                 row(f"TorchFix 0.7.0 (1 in {k} files)",
                     _run([tf, "--select", "ALL", "-j", str(jobs)] + sub), len(sub), n_sub)
         else:
