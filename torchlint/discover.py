@@ -1,7 +1,8 @@
 """Paths -> the files to lint (.py, .pyi, .ipynb), in a deterministic order.
 
-Directories are walked recursively, skipping excluded names and what `.gitignore` files
-ignore; a file named on the command line is always linted. Symbolic links are not followed
+Directories are walked recursively, skipping excluded names and what git ignores
+(`.gitignore` files and `.git/info/exclude`, matched as git does: `torchlint/gitignore.py`);
+a file named on the command line is always linted. Symbolic links are not followed
 out of the linted roots, and loops are detected.
 """
 from __future__ import annotations
@@ -11,6 +12,8 @@ import os
 import re
 from dataclasses import dataclass, field
 
+from . import gitignore
+
 EXTENSIONS = (".py", ".pyi", ".ipynb")
 
 
@@ -18,44 +21,6 @@ EXTENSIONS = (".py", ".pyi", ".ipynb")
 class Discovery:
     files: list = field(default_factory=list)
     errors: list = field(default_factory=list)  # (path, message)
-
-
-class _GitIgnore:
-    def __init__(self, base: str, lines):
-        self.base = base
-        self.rules = []
-        for ln in lines:
-            ln = ln.rstrip("\n").rstrip()
-            if not ln or ln.startswith("#"):
-                continue
-            neg = ln.startswith("!")
-            if neg:
-                ln = ln[1:]
-            dir_only = ln.endswith("/")
-            ln = ln.rstrip("/")
-            anchored = "/" in ln
-            ln = ln.lstrip("/")
-            self.rules.append((ln, neg, dir_only, anchored))
-
-    def match(self, path: str, is_dir: bool):
-        rel = os.path.relpath(path, self.base).replace(os.sep, "/")
-        result = None
-        for pat, neg, dir_only, anchored in self.rules:
-            if dir_only and not is_dir:
-                continue
-            target = rel if anchored else rel.rsplit("/", 1)[-1]
-            if fnmatch.fnmatchcase(target, pat) or (anchored and fnmatch.fnmatchcase(rel, pat + "/**")):
-                result = not neg
-        return result
-
-
-def _load_gitignore(d: str):
-    p = os.path.join(d, ".gitignore")
-    try:
-        with open(p, encoding="utf-8", errors="replace") as fh:
-            return _GitIgnore(d, fh.readlines())
-    except OSError:
-        return None
 
 
 _EXCLUDE_RE: dict = {}
@@ -127,54 +92,64 @@ def discover(paths, exclude=(), respect_gitignore=True, follow_symlinks=False,
         if not os.path.isdir(p):
             out.errors.append((p, "not a file or directory"))
             continue
-        ignores = []
-        # .gitignore files of the parents up to the repository root
-        d = os.path.abspath(p)
-        chain = []
-        while True:
-            chain.append(d)
-            if os.path.isdir(os.path.join(d, ".git")):
-                break
-            parent = os.path.dirname(d)
-            if parent == d:
-                chain = [os.path.abspath(p)]
-                break
-            d = parent
-        if respect_gitignore:
-            for d in reversed(chain[1:]):
-                gi = _load_gitignore(d)
-                if gi:
-                    ignores.append(gi)
         visited_dirs = set()
-        _walk(p, exclude, ignores, respect_gitignore, follow_symlinks, inside_roots, visited_dirs, add, out,
+        stack, prefix = _ignores_above(p) if respect_gitignore else ([], "")
+        _walk(p, exclude, stack, prefix, respect_gitignore, follow_symlinks, inside_roots, visited_dirs, add, out,
               os.path.realpath(p))
     return out
 
 
-def _ignored(path: str, is_dir: bool, ignores) -> bool:
-    res = None
-    for gi in ignores:
-        r = gi.match(path, is_dir)
-        if r is not None:
-            res = r
-    return bool(res)
+def _ignores_above(p: str):
+    """For a folder ``p`` to walk: the ignore files that apply to what is inside it
+    (``info/exclude`` and the ``.gitignore`` files of its parents up to the top of its git
+    repository, lowest precedence first) and ``p``'s path relative to that top (``"a/b/"``).
+    Outside a repository: none and ``""`` (``p``'s own ``.gitignore`` files still count)."""
+    top = os.path.abspath(p)
+    chain = []
+    while not os.path.lexists(os.path.join(top, ".git")):
+        parent = os.path.dirname(top)
+        if parent == top:
+            return [], ""
+        chain.append(os.path.basename(top))
+        top = parent
+    stack = []
+    ex = gitignore.info_exclude(top)
+    if ex is not None:
+        stack.append(ex)
+    prefix = ""
+    d = top
+    for name in reversed(chain):  # the folders above p, from the top down (p's own is read by the walk)
+        gi = gitignore.read(os.path.join(d, ".gitignore"), prefix)
+        if gi is not None:
+            stack.append(gi)
+        d = os.path.join(d, name)
+        prefix += name + "/"
+    return stack, prefix
 
 
-def _walk(d, exclude, ignores, respect_gitignore, follow_symlinks, inside_roots, visited, add, out, real):
+def _walk(d, exclude, ignores, prefix, respect_gitignore, follow_symlinks, inside_roots, visited, add, out, real):
     """Walk folder ``d`` whose real path is ``real`` (a plain subfolder's real path is its
-    parent's joined with its name: ``realpath`` only for symbolic links)."""
+    parent's joined with its name: ``realpath`` only for symbolic links). ``ignores``: the
+    ignore files that apply in ``d`` (lowest precedence first), whose bases are relative to
+    the same top folder as ``prefix``, ``d``'s path (``""`` or ``"a/b/"``)."""
     if real in visited:
         return  # a symlink loop
     visited.add(real)
-    if respect_gitignore:
-        gi = _load_gitignore(d)
-        if gi:
-            ignores = ignores + [gi]
     try:
         entries = sorted(os.scandir(d), key=lambda e: e.name)
     except OSError as exc:
         out.errors.append((d, f"cannot read directory: {exc.strerror or exc}"))
         return
+    if respect_gitignore:
+        names = {e.name: e for e in entries if e.name in (".git", ".gitignore")}
+        if ".git" in names and prefix:  # a repository inside: its own rules, from its top
+            ex = gitignore.info_exclude(d)
+            ignores, prefix = ([ex] if ex is not None else []), ""
+        gi_entry = names.get(".gitignore")
+        if gi_entry is not None and not gi_entry.is_symlink():  # git reads no symlinked .gitignore
+            gi = gitignore.read(gi_entry.path, prefix)
+            if gi is not None:
+                ignores = ignores + [gi]
     base = real + os.sep if not real.endswith(os.sep) else real
     for e in entries:
         path = e.path  # d joined with the name
@@ -190,12 +165,14 @@ def _walk(d, exclude, ignores, respect_gitignore, follow_symlinks, inside_roots,
             continue
         if _excluded(path, exclude):
             continue
-        if respect_gitignore and _ignored(path, is_dir, ignores):
+        # git sees a symbolic link as a link, never a folder (``build/`` does not match it)
+        if ignores and gitignore.ignored(ignores, prefix + e.name, is_dir and not is_link):
             continue
         if is_dir:
             if is_link and not os.path.exists(path):
                 continue
-            _walk(path, exclude, ignores, respect_gitignore, follow_symlinks, inside_roots, visited, add, out, target)
+            _walk(path, exclude, ignores, prefix + e.name + "/", respect_gitignore, follow_symlinks,
+                  inside_roots, visited, add, out, target)
         elif e.name.endswith(EXTENSIONS):
             add(path, target)
 
