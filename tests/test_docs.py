@@ -35,7 +35,7 @@ def test_rule_metadata_is_complete(code):
     assert r.summary and r.why and r.example and r.use_instead
     if r.fix_safety:
         assert r.fix_safety in ("safe", "unsafe") and r.fix_doc
-    if code not in ("TL001", "TL002"):
+    if code not in ("TL001", "TL002", "TL003"):  # the engine's own findings
         assert r.triggers, "rules need prefilter triggers"
 
 

@@ -372,3 +372,22 @@ def test_a_saved_file_swaps_its_own_exports_in_the_index(tmp_path):
     assert "helpers.accuracy" not in project.summaries
     assert "helpers.top1_accuracy" in project.summaries
     assert "helpers.accuracy" in project.called  # main.py (not saved again) still calls the old name
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_too_deep_document_is_a_diagnostic_and_the_server_stays_up(client: LanguageClient, workspace):
+    # 1,300 nested brackets crashed the native parser (a segfault took the server down)
+    deep_text = TRAIN + "x = " + "(" * 1300 + "1" + ")" * 1300 + "\n"
+    deep = Doc(client, workspace / "deep.py", deep_text)
+    deep.open()
+    diags = await _wait(client, deep.uri, lambda d: len(d) > 0)
+    assert _codes(diags) == ["TL003"]
+    assert diags[0].range.start.line == TRAIN.count("\n")
+    assert "nest too deeply" in diags[0].message
+    deep.replace(TRAIN + "x = a" + ".b" * 20000 + "\n")
+    diags = await _wait(client, deep.uri, lambda d: len(d) > 0 and deep.text.endswith(".b\n"))
+    assert _codes(diags) == ["TL003"]
+    # the server still answers: the same document, made ordinary, gets its real findings
+    deep.replace(TRAIN)
+    await _wait(client, deep.uri, lambda d: "TL103" in _codes(d))
+

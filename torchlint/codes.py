@@ -11,6 +11,7 @@ CODES = {
     "TL000": "internal-error",
     "TL001": "syntax-error",
     "TL002": "unused-noqa",
+    "TL003": "not-analysed",
     "TL101": "step-before-backward",
     "TL102": "zero-grad-between-backward-and-step",
     "TL103": "missing-zero-grad",

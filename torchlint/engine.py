@@ -18,7 +18,7 @@ from . import __version__
 from .findings import Finding, Span
 from .parse import parse_module
 from .project import ProjectIndex, project_answer, summary_has_effects
-from .rule import InternalErrorRule, SyntaxErrorRule, UnusedNoqaRule, all_rules
+from .rule import InternalErrorRule, NotAnalysedRule, SyntaxErrorRule, UnusedNoqaRule, all_rules
 from .source import SourceError, read_source
 from .suppress import is_suppressed, parse_noqa
 
@@ -218,6 +218,16 @@ def _lint_text(path: str, text: str, opts: LintOptions, project: Optional[Projec
                 return res
     if module_name is None:
         module_name, is_package = module_name_for(path)
+    from .limits import TooComplex, check_text
+
+    try:
+        check_text(text)  # before the native parser sees the text: it overflows its stack
+    except TooComplex as exc:
+        res.parsed = True
+        if "TL003" in opts.enabled:
+            res.findings.append(Finding("TL003", NotAnalysedRule.name, f"not analysed: {exc}", shown,
+                                        Span.of(exc.line, 0, exc.line, 0), NotAnalysedRule.severity))
+        return res
     import libcst as cst  # here, not at the top: a run answered from the cache never parses
 
     try:

@@ -230,10 +230,10 @@ class TorchlintServer(LanguageServer):
         loop = asyncio.get_running_loop()
         try:
             findings = await loop.run_in_executor(None, self._lint_locked, uri, text)
-        except Exception as exc:  # never crash the server over one document
+        except Exception as exc:  # never crash the server over one document: the failure is a diagnostic
             log.exception("lint failed")
             self.window_log_message(types.LogMessageParams(types.MessageType.Error, f"torchlint: {exc}"))
-            return
+            findings = [crash_finding(uri_to_path(uri) or uri, exc)]
         if self.docs.get(uri) is not state:
             return  # closed meanwhile
         if self.workspace.get_text_document(uri).source != text:
@@ -320,6 +320,15 @@ class TorchlintServer(LanguageServer):
         except Exception:
             log.exception("refreshing the index failed")
             return None
+
+
+def crash_finding(shown: str, exc: BaseException) -> Finding:
+    """What the editor shows for a document whose lint raised: a TL000 on its first line."""
+    from .findings import Span
+    from .rule import InternalErrorRule
+
+    return Finding("TL000", InternalErrorRule.name, f"internal error: {type(exc).__name__}: {exc}", shown,
+                   Span.of(1, 0, 1, 0))
 
 
 def _replace_exports(project: ProjectIndex, old, new, results) -> None:

@@ -80,6 +80,20 @@ class InternalErrorRule(_Meta):
     use_instead = ""
 
 
+class NotAnalysedRule(_Meta):
+    code = "TL003"
+    name = "not-analysed"
+    summary = "The file was not analysed: it is beyond one of torchlint's limits."
+    why = ("Some files cannot be analysed safely: expressions nested hundreds of levels deep or "
+           "chains of hundreds of operators (`a.b.b.b…`, `1 + 1 + …`) would overflow the parser's "
+           "stack or take minutes, and a file larger than 10 MB, or one that needs more time or "
+           "memory than a file's budget, would hold up the whole run. Such a file is reported once, "
+           "with the reason, and the other files are still linted. `docs/limits.md` lists the limits.")
+    example = "x = " + "(" * 150 + "1" + ")" * 150 + "\n"
+    use_instead = "x = 1\n"
+    severity = "warning"
+
+
 class UnusedNoqaRule(_Meta):
     code = "TL002"
     name = "unused-noqa"
@@ -97,7 +111,7 @@ def all_rules() -> dict:
     from . import rules as _rules  # noqa: F401  (importing registers the families)
 
     out = {}
-    for cls in (InternalErrorRule, SyntaxErrorRule, UnusedNoqaRule):
+    for cls in (InternalErrorRule, SyntaxErrorRule, UnusedNoqaRule, NotAnalysedRule):
         out[cls.code] = cls
     for cls in _rules.RULES:
         out[cls.code] = cls

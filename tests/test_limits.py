@@ -1,0 +1,103 @@
+"""Hostile inputs: one odd file never takes down the run (docs/limits.md)."""
+import glob
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from test_cli import BUGGY, CLEAN
+
+from torchlint.limits import MAX_DEPTH, TooComplex, check_text
+
+# a realistic head, so that the prefilter lets the file through to the parser
+HEAD = BUGGY.split("def main")[0]
+
+
+def tl(*args, cwd=None, timeout=120):
+    return subprocess.run([sys.executable, "-m", "torchlint", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+DEEP = {
+    "parens": "x = " + "(" * 1300 + "1" + ")" * 1300 + "\n",
+    "nested calls": "x = " + "f(" * 1000 + "1" + ")" * 1000 + "\n",
+    "nested lists": "x = " + "[" * 1300 + "1" + "]" * 1300 + "\n",
+    "attribute chain": "x = a" + ".b" * 4000 + "\n",
+    "long attribute chain": "x = a" + ".b" * 20000 + "\n",
+    "sum chain": "x = 1" + "+1" * 4000 + "\n",
+    "long sum chain": "x = 1" + " + 1" * 20000 + "\n",
+    "method chain": "x = a" + ".b()" * 2000 + "\n",
+    "boolean chain": "ok = a" + " and a" * 4000 + "\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(DEEP))
+def test_deep_or_long_expressions_are_refused_before_parsing(name):
+    with pytest.raises(TooComplex) as exc:
+        check_text(HEAD + DEEP[name])
+    assert "nest too deeply" in str(exc.value)
+    assert exc.value.line == HEAD.count("\n") + 1
+
+
+ACCEPTED = {  # as deep as the limit lets through: the pipeline analyses them (checked in the next test)
+    "nested calls": "x = " + "f(" * 60 + "1" + ")" * 60,
+    "attribute chain": "x = a" + ".b" * 190,
+    "sum chain": "x = 1" + " + 1" * 190,
+    "calls inside blocks": "".join(" " * i + "if a:\n" for i in range(30)) + " " * 30 + "x = " + "f(" * 40 + "1" + ")" * 40,
+    "string concatenation": 'msg = "a"' + ' "b"' * 190,
+}
+
+
+def test_code_as_deep_as_the_limit_allows_is_analysed(lint_source):
+    for name, body in ACCEPTED.items():
+        text = HEAD + body + "\n"
+        check_text(text)  # not refused
+        found = lint_source(text)
+        assert ("TL103", 11) in found and not any(c in ("TL000", "TL003") for c, _ in found), (name, found)
+
+
+def test_strings_comments_and_real_code_are_not_counted():
+    # brackets and operators inside strings, comments and continuation lines are not nesting
+    text = HEAD + 'DOC = """' + "(" * 500 + '\\\n"""\n# ' + "[" * 500 + "\nx = '" + "+" * 300 + "'\n"
+    check_text(text)
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    files = glob.glob(os.path.join(here, "torchlint", "**", "*.py"), recursive=True)
+    files += glob.glob(os.path.join(here, "fixtures", "**", "*.py"), recursive=True)
+    assert len(files) > 50
+    for path in files:
+        with open(path, encoding="utf-8") as fh:
+            check_text(fh.read())
+
+
+def test_a_deep_file_is_reported_and_the_others_still_linted(tmp_path):
+    (tmp_path / "deep.py").write_text(HEAD + DEEP["parens"])
+    (tmp_path / "chain.py").write_text(HEAD + DEEP["long sum chain"])
+    (tmp_path / "train.py").write_text(BUGGY)
+    (tmp_path / "clean.py").write_text(CLEAN)
+    start = time.monotonic()
+    r = tl("--no-cache", "-j1", ".", cwd=tmp_path)
+    assert time.monotonic() - start < 60
+    assert r.returncode == 1, (r.returncode, r.stdout, r.stderr)  # a segfault was -11
+    line = HEAD.count("\n") + 1
+    assert f"deep.py:{line}:1: TL003 not analysed: expressions nest too deeply" in r.stdout
+    assert f"chain.py:{line}:1: TL003 not analysed: expressions nest too deeply" in r.stdout
+    assert "train.py:11:13: TL103 " in r.stdout
+    assert "clean.py" not in r.stdout
+    assert "Traceback" not in r.stderr
+
+
+def test_ignoring_tl003_silences_the_skipped_file(tmp_path):
+    (tmp_path / "deep.py").write_text(HEAD + DEEP["attribute chain"])
+    r = tl("--no-cache", "--ignore", "TL003", "deep.py", cwd=tmp_path)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+
+
+def test_the_limit_is_documented():
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(here, "docs", "limits.md"), encoding="utf-8") as fh:
+        doc = fh.read()
+    assert str(MAX_DEPTH) in doc and "TL003" in doc
+    with open(os.path.join(here, "README.md"), encoding="utf-8") as fh:
+        assert "docs/limits.md" in fh.read()

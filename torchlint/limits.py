@@ -1,0 +1,124 @@
+"""What a file may be before torchlint analyses it (see ``docs/limits.md``).
+
+libcst's native parser recurses once per nesting level of an expression and overflows the C
+stack (a segfault, not an exception) a little above a thousand levels; the semantic model
+and the rules recurse over the tree in Python and hit the interpreter's recursion limit
+much earlier, after spending seconds (tens of seconds for long chains). Python itself
+refuses more than 200 nested brackets and 100 nested blocks. So the nesting a file needs
+is estimated here, by a cheap scan of its text, *before* the parser sees it, and a file
+over the limit is reported as not analysed (``TL003``) instead.
+
+The estimate, per point of the text: 2 per open bracket and per enclosing block, plus 1
+per operator (``.``, ``+``, ``and``, ``not``, ``if``/``else``, ``lambda``, a comparison, an
+adjacent string, a call or a subscript…) since the last separator (``,``, ``;``, ``=``, the end of a logical
+line) at each enclosing bracket level: ``a.b.b.b`` and ``1 + 1 + 1`` are trees as deep as
+they are long. Strings and comments are skipped.
+"""
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+MAX_DEPTH = 200  # the estimated nesting (above) a file may reach
+MAX_BYTES = 10_000_000  # a source file larger than this is not analysed
+
+_STRING = (
+    r'"""[^"\\]*(?:(?:\\.|"(?!""))[^"\\]*)*"""'
+    r"|'''[^'\\]*(?:(?:\\.|'(?!''))[^'\\]*)*'''"
+    r'|"[^"\\\n]*(?:\\.[^"\\\n]*)*"'
+    r"|'[^'\\\n]*(?:\\.[^'\\\n]*)*'"
+)
+# One alternative per kind of token the estimate counts; the group that matched says which.
+_TOKEN = re.compile(
+    r"(?=[^\w \t]|\d)(?:"  # (a first-character test: identifiers and blanks are passed over fast)
+    r"(?P<skip>#[^\n]*|\\\r?\n|\.\.\.|\b\d[\w.]*|\.\d\w*)"  # comments, continuations, `...`, numbers
+    r"|(?P<str>" + _STRING + r")"
+    r"|(?P<open>[(\[{])|(?P<close>[)\]}])"
+    r"|(?P<nl>\r?\n[ \t\f]*)"
+    r"|(?P<sep>[,;]|(?<![=<>!:+\-*/%&|^@])=(?!=))"
+    r"|(?P<op>\*\*|//|<<|>>|[=!<>]=|->|:=|[-+*/%@&|^~<>.]))"
+    r"|(?P<kw>(?<!\w)(?:and|or|not|if|else|lambda|await|in|is)(?!\w))",
+    re.S,
+)
+
+
+class TooComplex(Exception):
+    """A file over one of the limits; the message says which, for the ``TL003`` finding."""
+
+    def __init__(self, message: str, line: int = 1):
+        super().__init__(message)
+        self.line = line
+
+
+def check_text(text: str) -> None:
+    """Raise ``TooComplex`` if ``text`` needs more nesting than ``MAX_DEPTH`` to analyse."""
+    if len(text) > MAX_BYTES:
+        raise TooComplex(f"the file is larger than {MAX_BYTES // 1_000_000} MB")
+    depth = _deepest(text)
+    if depth is not None:
+        need, line = depth
+        raise TooComplex(f"expressions nest too deeply (an estimated depth of {need}, over the limit "
+                         f"of {MAX_DEPTH})", line)
+
+
+def _deepest(text: str) -> Optional[tuple]:
+    """(estimated depth, line) where the estimate first exceeds MAX_DEPTH, or None."""
+    runs = [0]  # operators since the last separator, per open bracket level (0: the statement)
+    indents = [0]
+    base = 0  # 2 per enclosing block
+    need = 0  # base + 2 per open bracket + sum(runs)
+    prev_str = False
+    for m in _TOKEN.finditer(text):
+        kind = m.lastgroup
+        if kind == "op" or kind == "kw":
+            runs[-1] += 1
+            need += 1
+            prev_str = False
+            if need > MAX_DEPTH:
+                return need, _line_of(text, m.start())
+        elif kind == "str":
+            if prev_str:
+                runs[-1] += 1
+                need += 1
+            prev_str = True
+        elif kind == "open":
+            at = m.start()
+            if at and (text[at - 1].isalnum() or text[at - 1] in "_)]}'\""):  # a call or a subscript
+                runs[-1] += 1  # is a link of a chain: ``a.b().b()``
+                need += 1
+            runs.append(0)
+            need += 2
+            prev_str = False
+            if need > MAX_DEPTH:
+                return need, _line_of(text, m.start())
+        elif kind == "close":
+            if len(runs) > 1:
+                need -= 2 + runs.pop()
+            prev_str = False
+        elif kind == "sep":
+            need -= runs[-1]
+            runs[-1] = 0
+            prev_str = False
+        elif kind == "nl":
+            prev_str = False
+            if len(runs) > 1:
+                continue  # inside brackets: not the end of the statement
+            need -= runs[0]
+            runs[0] = 0
+            rest = text[m.end():m.end() + 1]
+            if rest in ("", "\n", "\r", "#"):
+                continue  # a blank or comment line does not indent
+            width = len(m.group().lstrip("\r\n").expandtabs(8))
+            while width < indents[-1]:
+                indents.pop()
+            if width > indents[-1]:
+                indents.append(width)
+            need += 2 * (len(indents) - 1) - base
+            base = 2 * (len(indents) - 1)
+        else:
+            prev_str = False
+    return None
+
+
+def _line_of(text: str, offset: int) -> int:
+    return text.count("\n", 0, offset) + 1
