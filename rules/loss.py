@@ -101,6 +101,7 @@ def _drop_activation_fix(fn, op, arg, funcs, method, what):
 @register
 class SoftmaxBeforeCrossEntropy(Rule):
     code = "TL401"
+    exempt_in_tests = False  # a wrong loss is wrong in a test too
     name = "softmax-before-cross-entropy"
     summary = "Probabilities (softmax outputs) are passed to `CrossEntropyLoss`, which expects logits."
     why = (
@@ -146,6 +147,7 @@ probs = F.softmax(logits.detach(), dim=1)  # for metrics, if needed
 @register
 class SigmoidBeforeBCEWithLogits(Rule):
     code = "TL402"
+    exempt_in_tests = False  # a wrong loss is wrong in a test too
     name = "sigmoid-before-bce-with-logits"
     summary = "Sigmoid outputs are passed to `BCEWithLogitsLoss`, which applies the sigmoid itself."
     why = (
@@ -188,6 +190,7 @@ loss = nn.BCEWithLogitsLoss()(logits, y)
 @register
 class NllLossWithoutLogSoftmax(Rule):
     code = "TL403"
+    exempt_in_tests = False  # a wrong loss is wrong in a test too
     name = "nll-loss-without-log-softmax"
     summary = "`NLLLoss` receives probabilities or raw logits instead of log-probabilities."
     why = (
@@ -234,6 +237,7 @@ loss = F.cross_entropy(model(x), y)
 @register
 class CrossEntropyFloatTargets(Rule):
     code = "TL404"
+    exempt_in_tests = False  # a wrong loss is wrong in a test too
     name = "cross-entropy-float-targets"
     summary = "Class-index targets are cast to float before `CrossEntropyLoss`/`NLLLoss`."
     why = (

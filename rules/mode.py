@@ -15,10 +15,9 @@ from . import register
 
 
 def _functions(mm):
-    """Training and evaluation code: not nn.Module internals, not unit tests."""
-    from torchlint.model.roles import is_test_function
-
-    return [fn for fn in analysable_functions(mm) if not is_test_function(mm, fn)]
+    """Training and evaluation code: not nn.Module internals (test code is left out by the
+    engine, for every rule exempt in tests)."""
+    return analysable_functions(mm)
 
 
 def _origin_text(mm, origin) -> str:
@@ -98,6 +97,10 @@ def _callee_key_paths(mm, fn, op, key_field):
 class EvalWithoutEvalMode(Rule):
     code = "TL201"
     name = "eval-without-eval-mode"
+    # preview: 69 findings and no real bug on 23 public repositories (issue 19); most
+    # evaluation code reaches its forward in a mode the analysis cannot see (framework hooks,
+    # a caller's eval(), deliberate train-mode evaluation)
+    default = False
     summary = "The model is evaluated while it may still be in train mode."
     why = (
         "In train mode, dropout drops activations at random and batch norm normalises with the "

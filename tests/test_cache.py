@@ -13,7 +13,7 @@ from torchlint.engine import LintOptions, run
 from torchlint.selection import enabled_codes
 from sample_projects import ENGINE as HELPERS  # written as helpers.py here
 
-OPTS = LintOptions(frozenset(enabled_codes(["TL"], [], [])))
+OPTS = LintOptions(frozenset(enabled_codes(["TL"], [], ["TL201"])))  # preview rules too
 
 
 MAIN = """

@@ -16,7 +16,7 @@ from torchlint.selection import enabled_codes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PAIRS = sorted(p for p in glob.glob(os.path.join(ROOT, "fixtures", "fixes", "*.py")) if not p.endswith(".fixed.py"))
-OPTS = LintOptions(frozenset(enabled_codes(["TL"], [], [])))
+OPTS = LintOptions(frozenset(enabled_codes(["TL"], [], ["TL201"])))  # preview rules too
 
 
 def _read(p):

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from torchlint.engine import LintOptions, run
-from torchlint.selection import enabled_codes
+from torchlint.selection import enabled_codes, preview_codes
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -40,7 +40,8 @@ def _all_fixture_files():
     return out
 
 
-_OPTS = LintOptions(frozenset(enabled_codes(["TL"], [], [])))
+# every rule, preview rules included (each selected by its full code)
+_OPTS = LintOptions(frozenset(enabled_codes(["TL"], [], sorted(preview_codes()))))
 
 
 def _lint_family_file(family, family_dir, rel):

@@ -3,7 +3,7 @@ import textwrap
 
 import pytest
 
-SEL = ("TL1", "TL2")
+SEL = ("TL1", "TL2", "TL201")  # TL201 is a preview rule: selected by its code
 
 
 @pytest.fixture

@@ -180,7 +180,8 @@ def rule_cmd(code, output_format):
 def _rule_json(r) -> dict:
     return {"code": r.code, "name": r.name, "summary": r.summary, "explanation": r.why,
             "example": r.example, "use_instead": r.use_instead, "fix": r.fix_safety, "fix_doc": r.fix_doc,
-            "url": r.url(), "preview": False}
+            "url": r.url(), "preview": not r.default, "default": r.default,
+            "exempt_in_tests": r.exempt_in_tests}
 
 
 @main.command("rules")
@@ -195,7 +196,10 @@ def rules_cmd(output_format):
         return
     for code, r in rules.items():
         fix = {"safe": "[*]", "unsafe": "[!]"}.get(r.fix_safety or "", "   ")
-        click.echo(f"{code}  {fix} {r.name:<38} {r.summary}")
+        mark = "[preview] " if not r.default else ""
+        click.echo(f"{code}  {fix} {r.name:<38} {mark}{r.summary}")
+    if any(not r.default for r in rules.values()):
+        click.echo("\n[preview]: off by default; select it by its full code (`--select TL201`).")
 
 
 @main.command("lsp")

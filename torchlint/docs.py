@@ -8,7 +8,13 @@ def rule_markdown(r) -> str:
         r.fix_safety or "", "")
     if fix:
         parts += [f"*{fix}*", ""]
+    if not r.default:
+        parts += ["*Preview: off by default; enable it with `--select " + r.code + "` (or `extend-select = [\"" +
+                  r.code + "\"]`). It misses the precision targets on real code (docs/evaluation.md).*", ""]
     parts += ["## What it does", r.summary, "", "## Why is this bad?", r.why, ""]
+    if r.exempt_in_tests and r.code not in ("TL000", "TL001", "TL002"):
+        parts += ["## Test code", "Not reported in test code (`tests/`, `test/`, `test_*.py`, `*_test.py`, "
+                  "`*_tests.py`, `conftest.py`, `unittest.TestCase` classes), where such findings are harmless.", ""]
     if r.known_problems:
         parts += ["## Known problems", r.known_problems, ""]
     if r.example:
@@ -39,7 +45,11 @@ DOCS_URL = "https://github.com/torchlint/torchlint/blob/main/docs/rules/{code}.m
 
 CODES = {
 '''
-    return head + "".join(f'    "{c}": "{r.name}",\n' for c, r in all_rules().items()) + "}\n"
+    rules = all_rules()
+    preview = ", ".join(f'"{c}"' for c, r in rules.items() if not r.default)
+    return head + "".join(f'    "{c}": "{r.name}",\n' for c, r in rules.items()) + "}\n" + \
+        "\n# rules off by default (preview): selected only by their full code\n" + \
+        f"PREVIEW = frozenset({{{preview}}})\n"
 
 
 def write_docs(directory: str) -> list:

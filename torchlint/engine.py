@@ -190,6 +190,8 @@ def relint_kept(kept: dict, opts: LintOptions, project: Optional[ProjectIndex] =
 
 
 def _active_rules(path: str, opts: LintOptions) -> list:
+    """The rules that run on ``path``: enabled and not ignored for it (test code is decided in
+    ``_lint_module``, once the module is known)."""
     from .selection import per_file_ignored
 
     rules = _rules_for(opts.enabled, opts.settings)
@@ -281,11 +283,22 @@ def _lint_module(path: str, shown: str, text: str, module, module_name: str, is_
         if os.environ.get("TORCHLINT_DEBUG"):
             traceback.print_exc()
         return res
+    # test code, the one place it is decided: the rules exempt in tests (``Rule.exempt_in_tests``)
+    # do not run on a test module and drop their findings inside ``unittest.TestCase`` classes
+    if any(r.exempt_in_tests for r in active):
+        from .selection import is_test_path
+
+        if is_test_path(path, opts.root) and mm.has_tests():
+            active = [r for r in active if not r.exempt_in_tests]
     findings = []
+    tests = mm.test_class_lines() if any(r.exempt_in_tests for r in active) else ()
     for rule in active:
         try:
             for rep in rule.check(mm):
-                findings.append(_finding(mm, rule, rep))
+                f = _finding(mm, rule, rep)
+                if tests and rule.exempt_in_tests and any(a <= f.line <= b for a, b in tests):
+                    continue  # inside a unittest.TestCase class
+                findings.append(f)
         except Exception as exc:
             res.internal_error = True
             if os.environ.get("TORCHLINT_DEBUG"):

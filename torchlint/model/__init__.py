@@ -184,6 +184,40 @@ class ModuleModel:
         self._class_is_module[cls.qualname] = result
         return result
 
+    def is_test_class(self, cls: ClassModel, depth: int = 0) -> bool:
+        """A ``unittest.TestCase`` subclass (directly, through a local base, or a framework's
+        ``TestCase``: torch's, absl's, Django's): test code wherever its file is."""
+        for b, raw in zip(cls.bases, cls.raw_bases):
+            if b.rsplit(".", 1)[-1] in ("TestCase", "IsolatedAsyncioTestCase"):
+                return True
+            base = self.find_class(raw)
+            if base is not None and base is not cls and depth < 8 and self.is_test_class(base, depth + 1):
+                return True
+        return False
+
+    def has_tests(self) -> bool:
+        """The module is a test module, on evidence and not on its name alone: it imports
+        pytest or unittest, or defines ``test_*`` functions, ``Test*`` / ``TestCase`` classes
+        or pytest fixtures (``conftest.py``).  An evaluation script named ``test_model.py``
+        with a ``test(model, loader)`` function and a ``__main__`` block is not."""
+        mods = self.imports.imported_modules
+        if any(m.split(".", 1)[0] in ("pytest", "unittest", "hypothesis") for m in mods):
+            return True
+        if any(q.split(".", 1)[0] in ("pytest", "unittest") for q in self.imports.names.values()):
+            return True
+        if any(name.startswith("test_") for name in self.functions):
+            return True
+        return any(c.name.startswith("Test") or self.is_test_class(c) for c in self.classes.values())
+
+    def test_class_lines(self) -> tuple:
+        """``(first, last)`` lines of every ``unittest.TestCase`` class of the module."""
+        out = []
+        for cls in self.classes.values():
+            if self.is_test_class(cls):
+                sl, _, el, _ = self.span_of(cls.node)
+                out.append((sl, el))
+        return tuple(out)
+
     def is_module_method(self, fn: FunctionModel) -> bool:
         """Methods of nn.Module subclasses (forward, Lightning steps): not training loops."""
         return fn.cls is not None and self.class_is_module(fn.cls)

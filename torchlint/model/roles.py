@@ -32,21 +32,18 @@ def is_eval_name(name: str) -> bool:
     return bool(_EVAL_NAME.search(name))
 
 
-_TEST_FILE = re.compile(r"(^|[/\\])(test_[^/\\]*|[^/\\]*_test|conftest)\.py$|(^|[/\\])tests?[/\\]")
-
-
 def is_test_function(mm, fn) -> bool:
-    """A unit test (pytest ``test_*`` in a test module, a ``unittest.TestCase`` method): it
-    checks code, it is neither training nor evaluation code."""
+    """A unit test: a function of a test file (``torchlint.selection.is_test_path``) or a
+    method of a ``unittest.TestCase`` class.  A ``test()`` function of a training script
+    evaluates; it is not a unit test."""
+    from ..selection import is_test_path
+
     f = fn
     while f.parent is not None:
         f = f.parent
-    cls = f.cls
-    if cls is not None and (cls.name.startswith("Test") or any(
-            b.endswith("TestCase") for b in cls.bases)):
+    if f.cls is not None and mm.is_test_class(f.cls):
         return True
-    path = getattr(mm, "path", "") or ""
-    return bool(_TEST_FILE.search(path.replace("\\", "/")))
+    return is_test_path(getattr(mm, "path", "") or "", getattr(mm, "root", "") or "") and mm.has_tests()
 
 
 class RoleResolver:
