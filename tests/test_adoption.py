@@ -222,7 +222,7 @@ def test_fix_command_writes_into_notebook_cells(tmp_path):
     before = json.load(open(nb))
     r = tl("nb.ipynb", "--no-cache", "--fix", cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "Fixed 1 error." in r.stderr
+    assert "Found 1 error (1 fixed, 0 remaining)." in r.stdout
     after = json.load(open(nb))
     assert after["metadata"] == before["metadata"]
     assert [c["cell_type"] for c in after["cells"]] == [c["cell_type"] for c in before["cells"]]

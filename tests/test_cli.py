@@ -233,3 +233,98 @@ def test_cache_gives_identical_results(project):
     assert (project / ".torchlint_cache" / ".gitignore").exists()
     b = tl(".", cwd=project)
     assert a.stdout == b.stdout and a.returncode == b.returncode == 1
+
+
+def test_short_version_flag_prints_name_and_version():
+    from torchlint import __version__
+
+    for flag in ("-V", "--version"):
+        r = tl(flag)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.strip() == f"torchlint {__version__}"
+
+
+def test_missing_file_alone_is_an_error_without_all_checks_passed(project):
+    r = tl("nosuch.py", "--no-cache", cwd=project)
+    assert r.returncode == 2
+    assert "nosuch.py: no such file or directory" in r.stderr
+    assert "All checks passed!" not in r.stdout + r.stderr
+    # a clean file next to a missing one: still an error, still no "All checks passed!"
+    r = tl("clean.py", "nosuch.py", "--no-cache", cwd=project)
+    assert r.returncode == 2 and "All checks passed!" not in r.stdout
+
+
+EVAL_NO_GRAD = textwrap.dedent('''\
+    import torch
+
+
+    def evaluate(model, loader):
+        model.eval()
+        correct = 0
+        for x, y in loader:
+            logits = model(x)
+            correct += (logits.argmax(dim=1) == y).sum().item()
+        return correct / len(loader.dataset)
+''')
+
+
+def test_stdin_filename_reports_under_the_name_and_honours_per_file_ignores(project):
+    r = tl("--stdin-filename", "pkg/train.py", "--no-cache", cwd=project, input=BUGGY)
+    assert r.returncode == 1, r.stderr
+    assert r.stdout.startswith(os.path.join("pkg", "train.py") + ":11:13: TL103 ")
+    # `-` with the name, as editors call ruff
+    r2 = tl("check", "--stdin-filename", "pkg/train.py", "-", "--no-cache", cwd=project, input=BUGGY)
+    assert r2.stdout == r.stdout and r2.returncode == 1
+    # `-` alone: reported as `-`
+    r = tl("-", "--no-cache", "--output-format", "concise", cwd=project, input=BUGGY)
+    assert r.stdout.startswith("-:11:13: TL103 "), r.stdout
+    # the configuration of the named path applies, not that of the file on disk (there is none)
+    (project / "pyproject.toml").write_text('[tool.torchlint]\nper-file-ignores = { "scripts/*" = ["TL103"] }\n')
+    r = tl("--stdin-filename", "scripts/train.py", cwd=project, input=BUGGY)
+    assert r.returncode == 0 and "All checks passed!" in r.stdout, r.stdout + r.stderr
+    r = tl("--stdin-filename", "other/train.py", cwd=project, input=BUGGY)
+    assert r.returncode == 1 and "TL103" in r.stdout
+
+
+def test_stdin_with_fix_writes_the_fixed_source_to_stdout(project):
+    r = tl("--stdin-filename", "evaluate.py", "--fix", cwd=project, input=EVAL_NO_GRAD)
+    assert r.returncode == 0, r.stderr
+    assert "    with torch.no_grad():\n        for x, y in loader:\n" in r.stdout
+    assert "Found 1 error (1 fixed, 0 remaining)." in r.stderr
+    assert not (project / "evaluate.py").exists()
+
+
+def test_stdin_cannot_be_mixed_with_paths_or_undecodable(project):
+    r = tl("-", "train.py", cwd=project, input=BUGGY)
+    assert r.returncode == 2 and "stdin" in r.stderr and "Traceback" not in r.stderr
+    r = subprocess.run([sys.executable, "-m", "torchlint", "-"], cwd=project, capture_output=True,
+                       input=b"x = '\xff\xfe'\n", timeout=120)
+    assert r.returncode == 2 and b"not valid UTF-8" in r.stderr and b"Traceback" not in r.stderr
+
+
+def test_fix_prints_what_remains_and_exits_zero_when_nothing_does(project):
+    (project / "evaluate.py").write_text(EVAL_NO_GRAD)
+    # with the cache on: a run's memo of content hashes must not serve the pre-fix results
+    first = tl("evaluate.py", "train.py", cwd=project)
+    assert first.returncode == 1 and "TL203 [*]" in first.stdout
+    r = tl("evaluate.py", "train.py", "--fix", cwd=project)
+    assert r.returncode == 1, r.stdout + r.stderr
+    # only the remaining (unsafe-fixable) finding is listed, at its line in the fixed file
+    assert "TL203" not in r.stdout
+    assert "train.py:11:13: TL103 " in r.stdout
+    assert "Found 2 errors (1 fixed, 1 remaining)." in r.stdout
+    assert "1 more fix available with `--unsafe-fixes`." in r.stdout
+    r = tl("evaluate.py", "train.py", "--fix", "--unsafe-fixes", cwd=project)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout == "Found 1 error (1 fixed, 0 remaining).\n"
+    r = tl("evaluate.py", "train.py", cwd=project)
+    assert r.returncode == 0 and "All checks passed!" in r.stdout
+
+
+def test_fix_with_nothing_fixable_prints_what_check_prints(project):
+    plain = tl("train.py", "--no-cache", cwd=project)
+    fixed = tl("train.py", "--no-cache", "--fix", cwd=project)
+    assert fixed.stdout == plain.stdout and fixed.returncode == plain.returncode == 1
+    assert (project / "train.py").read_text() == BUGGY
+    clean = tl("clean.py", "--no-cache", "--fix", cwd=project)
+    assert clean.returncode == 0 and clean.stdout == "All checks passed!\n"

@@ -24,13 +24,13 @@ class _DefaultGroup(click.Group):
     """`torchlint PATH...` means `torchlint check PATH...`."""
 
     def parse_args(self, ctx, args):
-        if not args or (args[0] not in self.commands and args[0] not in ("--help", "-h", "--version")):
+        if not args or (args[0] not in self.commands and args[0] not in ("--help", "-h", "--version", "-V")):
             args = ["check"] + list(args)
         return super().parse_args(ctx, args)
 
 
 @click.group(cls=_DefaultGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, "--version", prog_name="torchlint")
+@click.version_option(__version__, "-V", "--version", prog_name="torchlint", message="%(prog)s %(version)s")
 def main():
     """torchlint: find the bugs that make PyTorch training silently wrong."""
 
@@ -79,11 +79,14 @@ def _codes(values):
 @click.option("--entry", default=None, help="Dynamic mode: a command that runs the training, e.g. 'python train.py'.")
 @click.option("--steps", default=3, show_default=True, help="Dynamic mode: training steps to run.")
 @click.option("--timeout", default=120.0, show_default=True, help="Dynamic mode: seconds before the child is killed.")
+@click.option("--stdin-filename", metavar="PATH",
+              help="Read the source from stdin (also with PATH `-`) and report it under this name; "
+                   "the configuration and per-file ignores of that path apply.")
 @click.option("--no-daemon", is_flag=True, help="Lint in this process even when a `torchlint daemon` is running.")
 def check(paths, select, ignore, extend_select, output_format, output_file, statistics, exit_zero, quiet,
           verbose, config_path, no_cache, cache_dir, jobs, fix, unsafe_fixes, diff, show_fixes, fix_only,
           baseline, write_baseline, add_noqa, changed_since, force_exclude, no_progress, color, dynamic, device, entry,
-          steps, timeout, no_daemon):
+          steps, timeout, stdin_filename, no_daemon):
     """Lint PATHS (files or directories; default: the current directory)."""
     del no_daemon  # torchlint/client.py decided before this process imported click
     kwargs = dict(locals())
@@ -129,13 +132,28 @@ def _watch_interrupts() -> list:
 def _check(paths, select, ignore, extend_select, output_format, output_file, statistics, exit_zero, quiet,
            verbose, config_path, no_cache, cache_dir, jobs, fix, unsafe_fixes, diff, show_fixes, fix_only,
            baseline, write_baseline, add_noqa, changed_since, force_exclude, no_progress, color, dynamic, device, entry,
-           steps, timeout) -> int:
+           steps, timeout, stdin_filename) -> int:
     from .config import ConfigError, load_config
     from .runner import Runner
 
-    paths = list(paths) or ["."]
+    stdin = "-" in paths or (stdin_filename is not None and not paths)
+    if stdin:
+        if len(paths) > 1:
+            _err("`-` (read from stdin) cannot be combined with other paths")
+            return EXIT_ERROR
+        for flag, used in (("--add-noqa", add_noqa), ("--write-baseline", write_baseline),
+                           ("--changed-since", changed_since), ("--dynamic", dynamic)):
+            if used:
+                _err(f"{flag} cannot be used when reading from stdin")
+                return EXIT_ERROR
+        # the configuration that applies to the named file (ruff's rule), else the current folder's
+        where = os.path.dirname(os.path.abspath(stdin_filename)) if stdin_filename else "."
+        start = where if os.path.isdir(where) else "."
+    else:
+        paths = list(paths) or ["."]
+        start = paths[0] if os.path.exists(paths[0]) else "."
     try:
-        cfg = load_config(config_path, start=paths[0] if os.path.exists(paths[0]) else ".")
+        cfg = load_config(config_path, start=start)
         from .selection import validate_codes
 
         sel = _codes(select) or cfg.select
@@ -151,6 +169,11 @@ def _check(paths, select, ignore, extend_select, output_format, output_file, sta
                     cache=None if no_cache else (cache_dir or cfg.cache_dir or os.path.join(cfg.root, ".torchlint_cache")),
                     verbose=verbose, progress=not no_progress and (output_format or "text") in ("text", "concise"),
                     force_exclude=force_exclude)
+    if stdin:
+        return runner.main_stdin(stdin_filename or "-", output_format=output_format or "text",
+                                 output_file=output_file, statistics=statistics, exit_zero=exit_zero, quiet=quiet,
+                                 fix=fix or fix_only, unsafe_fixes=unsafe_fixes, diff=diff, show_fixes=show_fixes,
+                                 baseline=baseline, color=color)
     return runner.main(paths, output_format=output_format or "text", output_file=output_file,
                        statistics=statistics, exit_zero=exit_zero, quiet=quiet, fix=fix or fix_only,
                        unsafe_fixes=unsafe_fixes, diff=diff, show_fixes=show_fixes, baseline=baseline,

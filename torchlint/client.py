@@ -25,7 +25,7 @@ PROTOCOL = 1
 ACK_TIMEOUT = 2.0  # seconds to wait for the daemon's worker to say it took the request
 # the subcommands that are never sent to the daemon (anything else is an implicit `check`)
 OTHER_COMMANDS = frozenset(("rule", "rules", "lsp", "confirm", "daemon"))
-TOP_LEVEL_FLAGS = frozenset(("--help", "-h", "--version"))
+TOP_LEVEL_FLAGS = frozenset(("--help", "-h", "--version", "-V"))
 # `check` options after which the command runs in this process
 LOCAL_FLAGS = ("--no-daemon", "--dynamic")
 MAX_MESSAGE = 1 << 24

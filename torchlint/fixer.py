@@ -44,6 +44,7 @@ class AppliedFix:
     line: int  # the finding's line in the text the fix was applied to
     message: str  # the fix's message
     applicability: str
+    fingerprint: Optional[str] = None  # the finding's (stable across line shifts)
 
 
 @dataclass
@@ -69,9 +70,20 @@ class FixReport:
         """Paths (as shown) whose text the fixes change."""
         return [f.path for f in self.files if f.changed and f.error is None]
 
+    notebook_fixes: int = 0  # fixes written into notebook cells
+
     @property
     def applied(self) -> int:
         return sum(len(f.applied) for f in self.files if f.changed and f.error is None)
+
+    @property
+    def fixed(self) -> int:
+        """Fixes written (files and notebooks)."""
+        return self.applied + self.notebook_fixes
+
+    def failed_fixes(self) -> set:
+        """(path as shown, code, fingerprint) of the fixes tried and undone."""
+        return {(f.path, a.code, a.fingerprint) for f in self.files for a in f.discarded}
 
 
 def is_fixable(f: Finding, unsafe: bool, allowed=None) -> bool:
@@ -185,7 +197,7 @@ def fix_text(path: str, text: str, opts, unsafe: bool = False, project: Optional
 
 
 def _applied(f: Finding) -> AppliedFix:
-    return AppliedFix(f.code, f.name, f.line, f.fix.message, f.fix.applicability)
+    return AppliedFix(f.code, f.name, f.line, f.fix.message, f.fix.applicability, f.fingerprint)
 
 
 # ------------------------------------------------------------------ files
@@ -288,6 +300,8 @@ def fix_files(runner, files, unsafe: bool = False, diff: bool = False, show: boo
             runner.had_error = True
             continue
         if not ff.changed:
+            if ff.discarded:
+                report.files.append(ff)  # for its failed fixes
             continue
         report.files.append(ff)
         if diff:
@@ -306,9 +320,7 @@ def fix_files(runner, files, unsafe: bool = False, diff: bool = False, show: boo
         if n:
             click.echo(f"Would fix {n} error{'s' if n != 1 else ''}.", err=True)
     else:
-        n = report.applied + nb_fixed
-        if n:
-            click.echo(f"Fixed {n} error{'s' if n != 1 else ''}.", err=True)
+        report.notebook_fixes = nb_fixed  # the caller's summary says how many were fixed
     if show and report.applied:
         click.echo(_show(report, diff), err=True)
     return report

@@ -105,11 +105,11 @@ def to_cell(nb: Notebook, line: int) -> tuple:
     return (len(nb.code_cells) or 1, 1)
 
 
-def lint_notebook(path: str, opts, project, shown: str):
+def lint_notebook(path: str, opts, project, shown: str, data: Optional[bytes] = None):
     from .engine import FileResult, lint_text
 
     try:
-        nb = load(path)
+        nb = load(path, data)
     except NotebookError as exc:
         return FileResult(shown, error=str(exc))
     res = lint_text(path, nb.text, opts, project, module_name=os.path.basename(path)[:-6].replace("-", "_"),

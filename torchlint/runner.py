@@ -72,15 +72,20 @@ class Runner:
                 return EXIT_ERROR
         else:
             files = self.files(paths)
+        fixed = 0
         if fix or diff:
             from .fixer import fix_files
 
             fixed_report = fix_files(self, files, unsafe=unsafe_fixes, diff=diff, show=show_fixes)
             if diff:
                 return EXIT_FINDINGS if fixed_report.changed else (EXIT_ERROR if self.had_error else EXIT_OK)
+            fixed = fixed_report.fixed
+            if fixed and self.cache is not None:
+                # the fixed files changed under this run's memo of content hashes: look again
+                self.cache = Cache(self.cache.dir)
         findings = self.lint(files)
-        if not unsafe_fixes:
-            pass
+        if fix:
+            findings = _without_failed_fixes(findings, fixed_report)
         if add_noqa:
             from .fixer import add_noqa as _add_noqa
 
@@ -108,7 +113,17 @@ class Runner:
                 click.echo(f"torchlint: error: the dynamic mode is unavailable: {exc}", err=True)
                 return EXIT_ERROR
             confirm_findings(findings, files, device=device, entry=entry, steps=steps, timeout=timeout)
-        out = self.render(findings, output_format, statistics, quiet, color, output_file, unsafe_fixes)
+        out = self.render(findings, output_format, statistics, quiet, color, output_file, unsafe_fixes, fixed)
+        self.emit(out, output_file)
+        if fixed and (output_format not in ("text", "concise") or statistics or quiet):
+            click.echo(f"Fixed {fixed} error{'s' if fixed != 1 else ''}.", err=True)
+        if self.had_error:
+            return EXIT_ERROR
+        if findings and not exit_zero:
+            return EXIT_FINDINGS
+        return EXIT_OK
+
+    def emit(self, out: str, output_file) -> None:
         if output_file:
             import tempfile
 
@@ -119,13 +134,83 @@ class Runner:
             os.replace(tmp, output_file)
         else:
             click.echo(out, nl=False, color=bool(self._color))
+
+    def main_stdin(self, name: str, output_format="text", output_file=None, statistics=False, exit_zero=False,
+                   quiet=False, fix=False, unsafe_fixes=False, diff=False, show_fixes=False, baseline=None,
+                   color=None) -> int:
+        """Lint the source read from stdin as if it were the file ``name`` (ruff's
+        ``--stdin-filename``; ``-`` without one). With ``--fix`` the fixed source goes to stdout
+        and what remains to stderr; with ``--diff`` the diff goes to stdout."""
+        from .engine import display_path, lint_text
+        from .source import SourceError, decode
+
+        shown = name if name == "-" else display_path(name)
+        path = os.path.abspath(name)
+        data = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode()
+        if name.endswith(".ipynb"):
+            from .notebook import lint_notebook
+
+            if fix or diff:
+                click.echo("torchlint: error: --fix and --diff do not apply to a notebook read from stdin",
+                           err=True)
+                return EXIT_ERROR
+            res = lint_notebook(path, self.opts, None, shown, data=data)
+            if res.error:
+                click.echo(f"torchlint: error: {res.error}", err=True)
+                return EXIT_ERROR
+            text = None
+        else:
+            try:
+                src = decode(data, shown)
+            except SourceError as exc:
+                click.echo(f"torchlint: error: {exc}", err=True)
+                return EXIT_ERROR
+            text = src.text
+            res = lint_text(path, text, self.opts, shown=shown)
+        if res.error:
+            click.echo(f"torchlint: error: {res.error}", err=True)
+            self.had_error = True
+        if res.internal_error:
+            self.had_error = True
+        findings = sorted(res.findings, key=Finding.sort_key)
+        fixed = 0
+        if text is not None and (fix or diff):
+            from .fixer import fix_text, fixable_codes, unified_diff
+
+            ff = fix_text(path, text, self.opts, unsafe=unsafe_fixes, shown=shown, first=res.findings,
+                          allowed=fixable_codes(self.cfg))
+            if diff:
+                sys.stdout.write(unified_diff(shown, ff.original, ff.fixed))
+                sys.stdout.flush()
+                n = len(ff.applied)
+                if n:
+                    click.echo(f"Would fix {n} error{'s' if n != 1 else ''}.", err=True)
+                return EXIT_FINDINGS if ff.changed else (EXIT_ERROR if self.had_error else EXIT_OK)
+            sys.stdout.write(ff.fixed)
+            sys.stdout.flush()
+            fixed = len(ff.applied)
+            if ff.changed:
+                findings = sorted(lint_text(path, ff.fixed, self.opts, shown=shown).findings, key=Finding.sort_key)
+        if baseline:
+            from .baseline import BaselineError, filter_new
+
+            try:
+                findings = filter_new(baseline, findings)
+            except BaselineError as exc:
+                click.echo(f"torchlint: error: {exc}", err=True)
+                return EXIT_ERROR
+        out = self.render(findings, output_format, statistics, quiet, color, output_file, unsafe_fixes, fixed)
+        if fix and text is not None and not output_file:
+            click.echo(out, nl=False, err=True)  # stdout holds the fixed source
+        else:
+            self.emit(out, output_file)
         if self.had_error:
             return EXIT_ERROR
         if findings and not exit_zero:
             return EXIT_FINDINGS
         return EXIT_OK
 
-    def render(self, findings, fmt, statistics, quiet, color, output_file, unsafe_fixes) -> str:
+    def render(self, findings, fmt, statistics, quiet, color, output_file, unsafe_fixes, fixed=0) -> str:
         if statistics and fmt in ("text", "concise"):
             return write_statistics(findings)
         if fmt in ("text", "concise"):
@@ -134,13 +219,31 @@ class Runner:
             elif os.environ.get("NO_COLOR"):
                 color = False
             self._color = color
-            out = WRITERS["text"](findings, color=color)
+            out = WRITERS["text"](findings, color=color, fixed=fixed)
+            if self.had_error and not findings and not fixed:
+                out = ""  # not "All checks passed!": something could not be checked
             if quiet:
                 out = "".join(line + "\n" for line in out.splitlines() if ": TL" in line or line.startswith("    "))
             return out
         if fmt == "sarif":
             return WRITERS["sarif"](findings, root=self.cfg.root if self.cfg.path else os.getcwd())
         return WRITERS[fmt](findings)
+
+
+def _without_failed_fixes(findings, report) -> list:
+    """After ``--fix``: a finding whose fix was tried and undone (its result did not parse, or
+    the finding stayed) no longer offers that fix, so no summary counts it as available."""
+    failed = report.failed_fixes()
+    if not failed:
+        return findings
+    out = []
+    for f in findings:
+        if f.fix is not None and (f.path, f.code, f.fingerprint) in failed:
+            from dataclasses import replace
+
+            f = replace(f, fix=None)
+        out.append(f)
+    return out
 
 
 class _Progress:

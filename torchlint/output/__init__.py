@@ -47,7 +47,8 @@ def _loc(f: Finding) -> str:
     return f"{f.path}:{f.line}:{f.column + 1}"
 
 
-def write_text(findings, fixable_marker=True, show_fixes=False, statistics=False, color=False, **_) -> str:
+def write_text(findings, fixable_marker=True, show_fixes=False, statistics=False, color=False, fixed=0, **_) -> str:
+    """ruff's text report; ``fixed``: how many findings ``--fix`` fixed (``findings`` remain)."""
     out = []
     for f in findings:
         mark = " [*]" if fixable_marker and f.fix is not None and f.fix.applicability == "safe" else ""
@@ -63,10 +64,12 @@ def write_text(findings, fixable_marker=True, show_fixes=False, statistics=False
         for r in f.related:
             out.append(f"    note: {r.path}:{r.line}: {r.message}")
     n = len(findings)
-    if n:
+    if n or fixed:
         safe = sum(1 for f in findings if f.fix is not None and f.fix.applicability == "safe")
         unsafe = sum(1 for f in findings if f.fix is not None and f.fix.applicability == "unsafe")
-        out.append(f"Found {n} error{'s' if n != 1 else ''}.")
+        total = n + fixed
+        counts = f" ({fixed} fixed, {n} remaining)" if fixed else ""
+        out.append(f"Found {total} error{'s' if total != 1 else ''}{counts}.")
         if safe:
             out.append(f"[*] {safe} fixable with the `--fix` option.")
         if unsafe:
