@@ -152,7 +152,7 @@ def evaluate(model, loader):
                         reported.add(id(op.node))
                         yield Report(op.node, f"`{op.target}` runs in evaluation code but may still be in "
                                      f"train mode ({_origin_text(mm, train[0])}); call "
-                                     f"`{t}.eval()` first", fix=_insert_eval(fn, op, t), scope=fn.qualname)
+                                     f"`{t}.eval()` first", fix=_insert_eval(fn, op, t, train), scope=fn.qualname)
                     elif any(m == ENTRY for m, _ in modes) and not any(m == "eval" for m, _ in modes) \
                             and is_eval_name(fn.name) and not self._has_callers(mm, fn):
                         seen.add(t)
@@ -203,12 +203,16 @@ def _first_eval_forward(fn, key: str):
     return None
 
 
-def _insert_eval(fn, op, target):
+def _insert_eval(fn, op, target, train_origins=()):
+    """Insert ``target.eval()`` where the evaluation runs: after the switches to train mode
+    that reach it (``train_origins``), so that none of them undoes it."""
+    undone_by = tuple(o[1] for o in train_origins if isinstance(o, tuple) and len(o) > 1 and o[1] is not None)
+
     def make(mm):
         from torchlint.fixes import insert_before_loop_or_stmt
 
         return insert_before_loop_or_stmt(mm, fn, op, f"{target}.eval()",
-                                          f"Insert `{target}.eval()` before the evaluation", "unsafe")
+                                          f"Insert `{target}.eval()` before the evaluation", "unsafe", undone_by)
     return make
 
 
@@ -285,7 +289,7 @@ def _insert_train(fn, op, target, origin=None):
     and what switched the model to eval mode (the epoch loop, typically); before the training
     loop when the switch happened before it."""
     def make(mm):
-        from torchlint.fixes import insert_before_stmt, insert_first_in_loop
+        from torchlint.fixes import insert_before_stmt, insert_in_loop_after
         from torchlint.model.ir import MODE
 
         code, msg = f"{target}.train()", f"Insert `{target}.train()`"
@@ -312,7 +316,11 @@ def _insert_train(fn, op, target, origin=None):
                     where = lp
                 lp = lp.parent
         if where is not None:
-            return insert_first_in_loop(mm, where, code, msg + " at the start of the loop", "unsafe")
+            # after whatever in the loop may switch it to eval mode before the training step
+            undone_by = [o.node for o in walk(where.body) if isinstance(o, CallOp) and o is not op
+                         and (o.kind == CALL or (o.kind == MODE and o.info == "eval"))]
+            return insert_in_loop_after(mm, where, op, code, msg, "unsafe",
+                                        undone_by + ([node] if node is not None else []))
         lp = op.loop
         while lp is not None and lp.parent is not None:
             lp = lp.parent

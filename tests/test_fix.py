@@ -249,3 +249,22 @@ def test_noqa_is_not_put_inside_a_multiline_string():
     assert n == 1 and new == 'x = """a\nb"""\ny = 1  # noqa: TL102\n'
     bare = "y = 1  # noqa\n"
     assert noqa_text(bare, {1: {"TL102"}}) == (bare, 0)
+
+
+# ------------------------------------------------------------------ offered fixes apply
+BAD = sorted(glob.glob(os.path.join(ROOT, "fixtures", "*", "bad", "*.py")))
+
+
+@pytest.mark.parametrize("path", BAD, ids=[os.path.relpath(p, ROOT) for p in BAD])
+def test_every_offered_fix_removes_its_finding(path):
+    """What `check` counts as fixable ("[*] N fixable", "N more fixes available") is what
+    `--fix` can apply: each fix alone parses and makes its own finding go away (TL201 once
+    put `model.eval()` above an epoch loop whose `model.train()` undid it)."""
+    text = _read(path)
+    offered = [f for f in _lint(path, text) if f.fix is not None and f.fix.edits]
+    for f in offered:
+        new, _ = apply_fixes(text, [f.fix])
+        assert new != text, f"{f.code}:{f.line}"
+        cst.parse_module(new)
+        after = _ids(_lint(path, new))
+        assert (f.code, f.fingerprint) not in after, f"{f.code}:{f.line}: {f.fix.message} leaves the finding"

@@ -83,10 +83,51 @@ def insert_first_in_loop(mm, loop, code: str, message: str, applicability: str) 
     return _insert_before(mm, body.body[0], code, message, applicability)
 
 
-def insert_before_loop_or_stmt(mm, fn, op, code: str, message: str, applicability: str) -> Optional[Fix]:
-    """Before the outermost loop around ``op`` inside ``fn`` (or before ``op``'s statement)."""
+def _holds(mm, outer, inner) -> bool:
+    """``inner``'s start lies within ``outer`` (libcst nodes)."""
+    sl, sc, el, ec = mm.span_of(outer)
+    return (sl, sc) <= mm.span_of(inner)[:2] <= (el, ec)
+
+
+def insert_in_loop_after(mm, loop, op, code: str, message: str, applicability: str, undone_by=()) -> Optional[Fix]:
+    """``code`` in ``loop`` (around ``op``) where none of the ``undone_by`` nodes (what would
+    undo it, e.g. calls that switch the model to eval mode) runs between it and ``op``: at the
+    start of the loop when none of them runs before ``op`` in an iteration; else before the
+    statement of the loop's body that holds ``op``, or inside it when that statement runs one
+    of them before ``op`` itself (a nested loop; otherwise right before ``op``'s statement)."""
+    at = mm.span_of(op.node)[:2]
+    pending = [n for n in undone_by if _holds(mm, loop.node, n) and mm.span_of(n)[:2] < at]
+    if not pending:
+        return insert_first_in_loop(mm, loop, code, message + " at the start of the loop", applicability)
+    body = loop.node.body
+    stmt = next((s for s in getattr(body, "body", ()) if _holds(mm, s, op.node)), None)
+    if stmt is None:
+        return None
+    if not any(_holds(mm, stmt, n) for n in pending):
+        return _insert_before(mm, stmt, code, message + " before the training step", applicability)
+    inner = op.loop
+    while inner is not None and inner.node is not stmt:
+        inner = inner.parent
+    if inner is not None:
+        return insert_in_loop_after(mm, inner, op, code, message, applicability, undone_by)
+    return _insert_before(mm, op.stmt or op.node, code, message + " before the training step", applicability)
+
+
+def insert_before_loop_or_stmt(mm, fn, op, code: str, message: str, applicability: str,
+                               undone_by=()) -> Optional[Fix]:
+    """Before the outermost loop around ``op`` inside ``fn`` (or before ``op``'s statement),
+    but inside any loop that also runs one of the ``undone_by`` nodes (what would undo the
+    inserted code, e.g. the ``model.train()`` at the top of the epoch loop) or trains: the
+    code goes where ``op`` runs, after what undoes it."""
+    from .model.queries import trains
+
+    def stays_outside(loop) -> bool:
+        return not trains(mm, loop.body) and not any(_holds(mm, loop.node, n) for n in undone_by)
+
     loop = op.loop
-    while loop is not None and loop.parent is not None:
+    if loop is not None and not stays_outside(loop):
+        loop = None  # it would be undone before each evaluation: right before it instead
+    while loop is not None and loop.parent is not None and stays_outside(loop.parent):
         loop = loop.parent
     target = loop.node if loop is not None else (op.stmt or op.node)
     return _insert_before(mm, target, code, message, applicability)
