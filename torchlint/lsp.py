@@ -36,7 +36,7 @@ from .findings import UNSAFE, Finding
 from .fixer import fix_text, fixable_codes, noqa_text
 from .fixes import split_lines
 from .model import ProjectIndex
-from .output import lsp_diagnostic
+from .output import file_uri, lsp_diagnostic
 from .rule import all_rules
 from .selection import enabled_codes
 from .suppress import _CODE, _NOQA
@@ -81,7 +81,7 @@ def uri_to_path(uri: str) -> Optional[str]:
     p = urlparse(uri)
     if p.scheme != "file":
         return None
-    path = unquote(p.path)
+    path = unquote(p.path, errors="surrogateescape")  # os.fsdecode's way with undecodable bytes
     if os.name == "nt" and path.startswith("/") and len(path) > 2 and path[2] == ":":  # pragma: no cover
         path = path[1:]
     return path
@@ -201,7 +201,7 @@ class TorchlintServer(LanguageServer):
             p = r.path if os.path.isabs(r.path) else os.path.abspath(r.path)
             line = max(r.line - 1, 0)
             out.append(types.DiagnosticRelatedInformation(
-                types.Location("file://" + p, types.Range(types.Position(line, 0), types.Position(line, 0))),
+                types.Location(file_uri(p), types.Range(types.Position(line, 0), types.Position(line, 0))),
                 r.message))
         return out or None
 

@@ -100,9 +100,8 @@ def _json_obj(f: Finding) -> dict:
         "fix": f.fix.to_dict() if f.fix else None,
         "url": DOCS_URL.format(code=f.code) if f.code in CODES else None,
         "noqa_row": f.line,
+        "cell": f.cell,  # as ruff: the notebook cell, null outside notebooks
     }
-    if f.cell is not None:
-        d["cell"] = f.cell
     if f.related:
         d["related"] = [{"filename": r.path, "row": r.line, "message": r.message} for r in f.related]
     if f.dynamic is not None:
@@ -139,11 +138,22 @@ def write_github(findings, **_) -> str:
     return "\n".join(out) + ("\n" if out else "")
 
 
+def file_uri(path: str) -> str:
+    """A ``file:`` URI (RFC 8089) for ``path``: absolute, its bytes percent-encoded (spaces,
+    ``#``, ``%``, non-ASCII and undecodable names), as editors and SARIF consumers expect."""
+    from pathlib import Path
+
+    return Path(os.path.abspath(path)).as_uri()
+
+
 def _uri(path: str, root: str) -> str:
+    """A URI reference relative to ``root`` (SARIF's ``%SRCROOT%``), percent-encoded."""
+    from urllib.parse import quote_from_bytes
+
     rel = os.path.relpath(os.path.abspath(path), root)
     if rel.startswith(".."):
-        return "file://" + os.path.abspath(path)
-    return rel.replace(os.sep, "/")
+        return file_uri(path)
+    return quote_from_bytes(os.fsencode(rel.replace(os.sep, "/")), safe="/")
 
 
 def write_sarif(findings, root=".", **_) -> str:
@@ -202,7 +212,7 @@ def write_sarif(findings, root=".", **_) -> str:
             "tool": {"driver": {"name": "torchlint", "version": __version__,
                                 "informationUri": "https://github.com/torchlint/torchlint",
                                 "rules": driver_rules}},
-            "originalUriBaseIds": {"%SRCROOT%": {"uri": "file://" + os.path.abspath(root).rstrip("/") + "/"}},
+            "originalUriBaseIds": {"%SRCROOT%": {"uri": file_uri(root).rstrip("/") + "/"}},
             "results": results,
         }],
     }
@@ -242,7 +252,7 @@ def write_lsp(findings, texts=None, **_) -> str:
     for f in findings:
         lines = None
         if f.cell is not None:
-            out.setdefault("file://" + os.path.abspath(f.path), []).append(lsp_diagnostic(f, None))
+            out.setdefault(file_uri(f.path), []).append(lsp_diagnostic(f, None))
             continue
         if texts is not None:
             lines = texts.get(f.path)
@@ -254,7 +264,7 @@ def write_lsp(findings, texts=None, **_) -> str:
                 lines = None
             if texts is not None:
                 texts[f.path] = lines
-        uri = "file://" + os.path.abspath(f.path)
+        uri = file_uri(f.path)
         out.setdefault(uri, []).append(lsp_diagnostic(f, lines))
     return json.dumps(out, indent=2, ensure_ascii=False) + "\n"
 
