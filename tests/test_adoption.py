@@ -157,6 +157,54 @@ def test_flake8_plugin_runs_through_flake8(tmp_path):
     assert r.stdout.startswith("train.py:11:13: TL103 "), r.stdout + r.stderr
 
 
+def _flake8_in_process(args, cwd):
+    """flake8 in a fresh interpreter; its output, and whether torchlint's engine and libcst
+    were imported (the analysis ran)."""
+    code = ("import sys\n"
+            "from flake8.main.application import Application\n"
+            "app = Application()\n"
+            f"app.run({list(args)!r})\n"
+            "print('ANALYSED' if 'torchlint.engine' in sys.modules or 'libcst' in sys.modules else 'SKIPPED')\n")
+    r = subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    return r.stdout
+
+
+def test_flake8_plugin_costs_nothing_when_its_codes_are_not_selected(tmp_path):
+    pytest.importorskip("flake8")
+    (tmp_path / "train.py").write_text(TRAIN)
+    out = _flake8_in_process(["--select", "E9", "train.py"], tmp_path)
+    assert out == "SKIPPED\n"
+    out = _flake8_in_process(["--select", "E9,TL1", "train.py"], tmp_path)
+    assert out.startswith("train.py:11:13: TL103 ") and out.endswith("ANALYSED\n")
+    # flake8's configuration file counts like the command line
+    (tmp_path / ".flake8").write_text("[flake8]\nselect = E9,F\n")
+    out = _flake8_in_process(["train.py"], tmp_path)
+    assert out.endswith("SKIPPED\n")
+    (tmp_path / ".flake8").write_text("[flake8]\nextend-ignore = TL\n")
+    assert _flake8_in_process(["train.py"], tmp_path).endswith("SKIPPED\n")
+    # a rule it does not select is not run (nor reported by flake8's filter)
+    (tmp_path / ".flake8").write_text("[flake8]\nextend-ignore = TL103\n")
+    out = _flake8_in_process(["train.py"], tmp_path)
+    assert "TL103" not in out
+
+
+def test_flake8_disable_noqa_reaches_the_plugin(tmp_path):
+    pytest.importorskip("flake8")
+    (tmp_path / "train.py").write_text(TRAIN.replace("optimizer.step()\n", "optimizer.step()  # noqa: TL103\n"))
+    r = subprocess.run([sys.executable, "-m", "flake8", "--select", "TL", "train.py"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout == "", r.stdout + r.stderr
+    r = subprocess.run([sys.executable, "-m", "flake8", "--select", "TL", "--disable-noqa", "train.py"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert r.stdout.startswith("train.py:11:13: TL103 "), r.stdout + r.stderr
+    # and the file-level exemption of torchlint too
+    (tmp_path / "train.py").write_text("# torchlint: noqa\n" + TRAIN)
+    r = subprocess.run([sys.executable, "-m", "flake8", "--select", "TL", "--disable-noqa", "train.py"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert r.stdout.startswith("train.py:12:13: TL103 "), r.stdout + r.stderr
+
+
 def test_output_file_and_python_m(tmp_path):
     (tmp_path / "train.py").write_text(TRAIN)
     r = tl("train.py", "--no-cache", "--output-format", "json", "--output-file", "out.json", cwd=tmp_path)

@@ -126,10 +126,12 @@ class LintOptions:
     per_file_ignores: dict = field(default_factory=dict)
     root: str = "."
     prefilter: bool = True
+    noqa: bool = True  # `# noqa` comments suppress (flake8's --disable-noqa turns it off)
 
     def fingerprint(self) -> str:
         d = [sorted(self.enabled), sorted(self.settings.items()), sorted(
-            (k, sorted(v)) for k, v in self.per_file_ignores.items()), self.prefilter, __version__]
+            (k, sorted(v)) for k, v in self.per_file_ignores.items()), self.prefilter, __version__] + (
+            [] if self.noqa else ["no-noqa"])
         return hashlib.sha256(json.dumps(d, default=str).encode()).hexdigest()[:16]
 
 
@@ -318,7 +320,7 @@ def _lint_module(path: str, shown: str, text: str, module, module_name: str, is_
             traceback.print_exc()
     res.queries = sorted(mm.external_queries)
     _release_model(mm)
-    res.findings = _suppress(findings, text, opts, shown)
+    res.findings = _suppress(findings, text, opts, shown) if opts.noqa else sorted(findings, key=Finding.sort_key)
     bad = _unknown_noqa_codes(text)
     if bad:
         res.error = "; ".join(f"{shown}:{line}: unknown rule code `{code}` in `# noqa` (expected a code "
