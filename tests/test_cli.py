@@ -328,3 +328,26 @@ def test_fix_with_nothing_fixable_prints_what_check_prints(project):
     assert (project / "train.py").read_text() == BUGGY
     clean = tl("clean.py", "--no-cache", "--fix", cwd=project)
     assert clean.returncode == 0 and clean.stdout == "All checks passed!\n"
+
+
+def test_confirm_without_torch_names_the_missing_dependency(project, tmp_path):
+    """No "the process ended abruptly" per finding: one clear error, exit 2."""
+    # torch invisible to this interpreter: found by no import path
+    hide = ("import sys; sys.modules['torch'] = None\n"
+            "sys.argv = ['torchlint', 'confirm', 'train.py']\n"
+            "from torchlint.cli import main\nmain()\n")
+    r = subprocess.run([sys.executable, "-c", hide], cwd=project, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "the dynamic mode needs `torch`" in r.stderr and "pip install torch" in r.stderr
+    assert "Traceback" not in r.stderr and "abruptly" not in r.stdout + r.stderr
+    # a torch that is found but cannot be imported (a broken install): the child says so
+    fake = tmp_path / "fake-site" / "torch"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError('libtorch_cpu.so: cannot open shared object file')\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(fake.parent)] + [
+        p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    r = subprocess.run([sys.executable, "-m", "torchlint", "confirm", "train.py"], cwd=project,
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "the dynamic mode needs `torch`" in r.stderr and "libtorch_cpu.so" in r.stderr
+    assert "abruptly" not in r.stdout + r.stderr and "Traceback" not in r.stderr

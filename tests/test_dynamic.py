@@ -352,9 +352,21 @@ def _first_bad(code):
 
 def test_confirm_command_reports_static_and_dynamic(tmp_path):
     p = _program(tmp_path, "train.py")  # never clears gradients: TL103 at the step
-    r = _cli("confirm", str(p), "--steps", "3", "--timeout", "60", "--output-format", "json", cwd=str(tmp_path))
-    assert r.returncode == 1, r.stderr
-    out = json.loads(r.stdout)
+    proc = subprocess.Popen([sys.executable, "-m", "torchlint", "confirm", str(p), "--steps", "3", "--timeout", "60",
+                             "--output-format", "json"], cwd=str(tmp_path), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    # progress arrives on stderr while the run goes on, not all at the end
+    first = proc.stderr.readline()
+    running = proc.poll() is None
+    stdout, rest = proc.communicate(timeout=300)
+    assert first.startswith("confirm: starting Python with the probes") and running, first + rest
+    progress = (first + rest).splitlines()
+    assert any(line.startswith("confirm: torch ") and line.endswith("ready (CPU)") for line in progress), progress
+    assert any(line.startswith("confirm: running ") and "TL103 line" in line for line in progress), progress
+    assert any(line.startswith("confirm: [1/1] train.py:") and ": TL103 confirmed (" in line
+               for line in progress), progress
+    assert proc.returncode == 1, rest
+    out = json.loads(stdout)
     tl103 = [f for f in out if f["code"] == "TL103"]
     assert tl103 and tl103[0]["dynamic"]["verdict"] == "confirmed", out
     assert tl103[0]["dynamic"]["evidence"].startswith(f"TL103 line {tl103[0]['location']['row']}: ")

@@ -108,11 +108,16 @@ class Runner:
                 return EXIT_ERROR
         if dynamic:
             try:
-                from .dynamic import confirm_findings
+                from .dynamic import MissingDependency, confirm_findings
             except ImportError as exc:
                 click.echo(f"torchlint: error: the dynamic mode is unavailable: {exc}", err=True)
                 return EXIT_ERROR
-            confirm_findings(findings, files, device=device, entry=entry, steps=steps, timeout=timeout)
+            try:
+                confirm_findings(findings, files, device=device, entry=entry, steps=steps, timeout=timeout,
+                                 progress=None if quiet else (lambda line: click.echo(line, err=True)))
+            except MissingDependency as exc:
+                click.echo(f"torchlint: error: {exc}", err=True)
+                return EXIT_ERROR
         out = self.render(findings, output_format, statistics, quiet, color, output_file, unsafe_fixes, fixed)
         self.emit(out, output_file)
         if fixed and (output_format not in ("text", "concise") or statistics or quiet):

@@ -17,7 +17,86 @@ from typing import Iterable, Optional
 
 from .plan import PROBED, Source, harness_spec, scope_of
 
-__all__ = ["confirm_findings", "observe", "PROBED"]
+__all__ = ["confirm_findings", "observe", "PROBED", "MissingDependency", "check_dependencies"]
+
+
+class MissingDependency(Exception):
+    """The interpreter cannot import what the dynamic mode runs with (torch)."""
+
+
+def _missing_message(module: str, python: str, detail: str = "") -> str:
+    extra = f" ({detail})" if detail else ""
+    return (f"the dynamic mode needs `{module}`, which {python} cannot import{extra}; install it in "
+            f"this environment (pip install {'torch' if module == 'torch' else module}, or "
+            f"pip install 'torchlint[dynamic]' for torch), or run torchlint with the Python that has it")
+
+
+def check_dependencies() -> None:
+    """Raise :class:`MissingDependency` when torch cannot be found (without importing it: the
+    child interpreter does that)."""
+    import importlib.util
+    import sys
+
+    try:
+        found = importlib.util.find_spec("torch") is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise MissingDependency(_missing_message("torch", sys.executable, "No module named 'torch'"))
+
+
+class _Progress:
+    """One line on stderr (``write``) per event of the runs: the child starting, torch ready,
+    each job starting, and each finding's verdict as soon as its job ends."""
+
+    def __init__(self, write, total: int):
+        self.write, self.total, self.done = write, total, set()
+        self.jobs: dict = {}  # job id -> (label, items)
+        self.started: dict = {}
+        self.outcome = None
+        self.timeout = 0.0
+
+    def stage(self, jobs: list, items_of: dict, timeout: float) -> "_Progress":
+        self.jobs = {j["id"]: (_label(j), items_of.get(j["id"], [])) for j in jobs}
+        self.timeout = timeout
+        return self
+
+    def __call__(self, outcome, kind: str, job, data: dict) -> None:
+        import time
+
+        self.outcome = outcome
+        if kind == "spawn":
+            what = f"`{data['entry']}` with the probes" if data.get("entry") else "Python with the probes"
+            self.write(f"confirm: starting {what}; importing torch can take a while")
+        elif kind == "env" and data.get("torch"):
+            dev = "CUDA" if data.get("gpu") else "CPU"
+            self.write(f"confirm: torch {data['torch']} ready ({dev})")
+        elif kind == "start" and job in self.jobs:
+            label, items = self.jobs[job]
+            self.started[job] = time.monotonic()
+            codes = ", ".join(f"{f.code} line {f.line}" for f, _, _ in items)
+            self.write(f"confirm: running {label} for {codes}")
+        elif kind == "end" and job in self.jobs and self.outcome is not None:
+            from .runner import JobResult
+
+            _, items = self.jobs[job]
+            jr = self.outcome.jobs.get(job) or JobResult(job)
+            secs = time.monotonic() - self.started.get(job, time.monotonic())
+            for f, path, lines in items:
+                if jr.status is None:
+                    continue
+                verdict = _judge(f, path, lines, jr, self.timeout, Source.of(path))["verdict"]
+                self.done.add(id(f))
+                self.write(f"confirm: [{len(self.done)}/{self.total}] {f.path}:{f.line}: {f.code} {verdict} "
+                           f"({secs:.1f} s)")
+
+
+def _label(job: dict) -> str:
+    if job.get("kind") == "harness":
+        return f"{job.get('qualname')}() of {os.path.relpath(job['path'])} with stand-ins"
+    if job.get("kind") == "script":
+        return f"{os.path.relpath(job['path'])} as a script"
+    return "the entry command"
 
 CONCLUSIVE = ("ok", "stopped", "exit")
 # codes whose cause is the function's own control flow: a harness run can refute them
@@ -217,13 +296,39 @@ def _job_targets(items) -> dict:
 
 def confirm_findings(findings, files: Iterable = (), device: str = "cpu", entry: Optional[str] = None,
                      steps: int = 3, timeout: float = 120.0, way: str = "auto",
-                     memory_mb: Optional[int] = None) -> list:
+                     memory_mb: Optional[int] = None, progress=None) -> list:
     """Run the code and set ``finding.dynamic`` on every finding (in place); returns the findings.
 
     ``way``: ``"auto"`` (the harness where it applies, then the entry for the rest),
     ``"harness"`` or ``"entry"`` (``entry`` or, without one, each file run as a script).
+    ``progress``, if given, is called with a line of text for each step of the runs.
+    Raises :class:`MissingDependency` when torch cannot be imported.
     """
-    from .runner import run_entry, run_jobs
+    from . import runner as _runner
+
+    def run_jobs(jobs, base, timeout, device, memory_mb, cwd):
+        items_of: dict = {}
+        for f, path, lines in todo:
+            jid = stage_assign.get(id(f))
+            if jid is not None:
+                items_of.setdefault(jid, []).append((f, path, lines))
+        hook = prog.stage(jobs, items_of, timeout) if prog is not None else None
+        out = _runner.run_jobs(jobs, base, timeout, device, memory_mb, cwd, on_event=hook)
+        _raise_missing(out)
+        return out
+
+    def run_entry(entry, job, base, timeout, device, memory_mb, cwd):
+        hook = prog.stage([job], {job["id"]: list(todo)}, timeout) if prog is not None else None
+        out = _runner.run_entry(entry, job, base, timeout, device, memory_mb, cwd, on_event=hook)
+        _raise_missing(out)
+        return out
+
+    def _raise_missing(out):
+        if out.env.get("missing"):
+            raise MissingDependency(_missing_message(out.env["missing"], out.env.get("python") or "Python",
+                                                     out.env.get("error", "")))
+
+    stage_assign: dict = {}
 
     findings = list(findings)
     device = (device or "cpu").strip()
@@ -248,6 +353,8 @@ def confirm_findings(findings, files: Iterable = (), device: str = "cpu", entry:
         todo.append((f, path, Source.of(path).match_lines(f.line, f.code)))
     if not todo:
         return findings
+    check_dependencies()
+    prog = _Progress(progress, len(todo)) if progress is not None else None
     base = {"device": device, "steps": steps, "user_files": user_files}
     cwd = os.getcwd()
 
@@ -285,6 +392,7 @@ def confirm_findings(findings, files: Iterable = (), device: str = "cpu", entry:
             items = j.pop("_items")
             j["codes"] = sorted({f.code for f, _, _ in items})
             j["targets"] = _job_targets(items)
+        stage_assign = assign
         out = run_jobs(jobs, base, timeout, device, memory_mb, cwd) if jobs else None
         if out is not None:
             _apply([t for t in todo if id(t[0]) in assign], assign, out, timeout)
@@ -329,6 +437,7 @@ def confirm_findings(findings, files: Iterable = (), device: str = "cpu", entry:
         j["codes"] = sorted({f.code for f, _, _ in items})
         j["targets"] = _job_targets(items)
     if sjobs:
+        stage_assign = sassign
         out = run_jobs(sjobs, base, timeout, device, memory_mb, cwd)
         if out.env.get("error"):
             for f, _, _ in rest:

@@ -29,6 +29,16 @@ def _user_tb(exc, probes):
     return out[::-1]  # innermost first
 
 
+def missing_dependency(results: str, exc: ImportError) -> None:
+    """Record that the child cannot import what the probes need (torch, usually): the parent
+    names it and stops, instead of reporting a crash for every finding."""
+    name = getattr(exc, "name", None) or "torch"
+    fact = {"t": "env", "job": None, "missing": name, "python": sys.executable,
+            "error": f"{type(exc).__name__}: {exc}"}
+    with open(results, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(fact) + "\n")
+
+
 def _env(cfg, emit):
     import torch
 
@@ -142,7 +152,11 @@ def main():
         cfg = json.load(fh)
     results = cfg["results"]
     sys.argv = sys.argv[:1]
-    from . import probes as P
+    try:
+        from . import probes as P  # imports torch
+    except ImportError as exc:
+        missing_dependency(results, exc)
+        return
 
     if not _env(cfg, P.Writer(results, None)):
         return
@@ -174,7 +188,11 @@ def bootstrap():
     with open(path, encoding="utf-8") as fh:
         cfg = json.load(fh)
     os.environ.pop("TORCHLINT_DYNAMIC_CONFIG", None)  # only the command's first Python process
-    from . import probes as P
+    try:
+        from . import probes as P  # imports torch
+    except ImportError as exc:
+        missing_dependency(cfg["results"], exc)
+        return
 
     job = cfg["jobs"][0]
     results = cfg["results"]

@@ -57,13 +57,22 @@ class JobResult:
 
 
 class RunOutcome:
-    def __init__(self):
+    def __init__(self, on_event=None):
         self.jobs: dict = {}
         self.env: dict = {}
         self.stdout = ""
         self.stderr = ""
         self.children = 0
         self.wall = 0.0
+        # on_event(outcome, kind, job id, data): each "spawn", "env", "start" and "end" as it happens
+        self.on_event = on_event
+
+    def event(self, kind: str, job=None, **data) -> None:
+        if self.on_event is not None:
+            try:
+                self.on_event(self, kind, job, data)
+            except Exception:  # progress reporting never stops a run
+                pass
 
 
 class _Tail(threading.Thread):
@@ -202,12 +211,14 @@ def _supervise(proc, results, outcome: RunOutcome, jobs_by_id, timeout, memory_m
             jid = f.get("job")
             if f.get("t") == "env":
                 outcome.env.update({k: v for k, v in f.items() if k not in ("t", "job")})
+                outcome.event("env", None, **outcome.env)
                 continue
             if jid not in jobs_by_id:
                 continue
             jr = outcome.jobs.setdefault(jid, JobResult(jid))
             if f.get("t") == "start":
                 current, job_started = jid, time.monotonic()
+                outcome.event("start", jid)
             elif f.get("t") == "end":
                 if jr.status is None or jr.status == "ok":
                     jr.status = f.get("status")
@@ -215,6 +226,7 @@ def _supervise(proc, results, outcome: RunOutcome, jobs_by_id, timeout, memory_m
                 jr.detail = {k: v for k, v in f.items() if k not in ("t", "job", "status", "seconds")}
                 if current == jid:
                     current = None
+                outcome.event("end", jid)
                 continue
             jr.facts.append(f)
         if rc is not None:
@@ -267,9 +279,10 @@ def _supervise(proc, results, outcome: RunOutcome, jobs_by_id, timeout, memory_m
 
 
 def run_jobs(jobs: list, cfg: dict, timeout: float, device: str, memory_mb: Optional[int] = None,
-             cwd: Optional[str] = None) -> RunOutcome:
-    """Run jobs (scripts and harness calls) in as few child interpreters as possible."""
-    outcome = RunOutcome()
+             cwd: Optional[str] = None, on_event=None) -> RunOutcome:
+    """Run jobs (scripts and harness calls) in as few child interpreters as possible;
+    ``on_event(outcome, kind, job id, data)`` hears of each child started and each job's start and end."""
+    outcome = RunOutcome(on_event)
     if not jobs:
         return outcome
     memory_mb = default_memory_mb() if memory_mb is None else memory_mb
@@ -288,6 +301,7 @@ def run_jobs(jobs: list, cfg: dict, timeout: float, device: str, memory_mb: Opti
             with open(cpath, "w", encoding="utf-8") as fh:
                 json.dump(conf, fh)
             argv = [sys.executable, "-c", "from torchlint.dynamic.child import main; main()", cpath]
+            outcome.event("spawn", None, first=start == 0)
             proc = _spawn(argv, env, cwd or os.getcwd(), device, memory_mb)
             outcome.children += 1
             pos, current, killed, rc = _supervise(proc, results, outcome, by_id, timeout, memory_mb, pos)
@@ -302,6 +316,7 @@ def run_jobs(jobs: list, cfg: dict, timeout: float, device: str, memory_mb: Opti
                 jr = outcome.jobs.setdefault(jid, JobResult(jid))
                 jr.status = jr.status or ("timeout" if killed == "timeout" else "died")
                 jr.detail = jr.detail or {"returncode": rc, "stderr": outcome.stderr[-600:]}
+                outcome.event("end", jid)
                 nxt = start + 1
             start = nxt
     outcome.wall = time.monotonic() - t0
@@ -329,9 +344,9 @@ def entry_argv(entry: str):
 
 
 def run_entry(entry: str, job: dict, cfg: dict, timeout: float, device: str,
-              memory_mb: Optional[int] = None, cwd: Optional[str] = None) -> RunOutcome:
+              memory_mb: Optional[int] = None, cwd: Optional[str] = None, on_event=None) -> RunOutcome:
     """Run the user's command with the probes installed through ``sitecustomize``."""
-    outcome = RunOutcome()
+    outcome = RunOutcome(on_event)
     memory_mb = default_memory_mb() if memory_mb is None else memory_mb
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="torchlint-dyn-") as tmp:
@@ -354,6 +369,7 @@ def run_entry(entry: str, job: dict, cfg: dict, timeout: float, device: str,
             jr.status, jr.detail = "died", {"message": f"could not start `{entry}`: {exc}"}
             return outcome
         outcome.children = 1
+        outcome.event("spawn", None, first=True, entry=entry)
         _, current, killed, rc = _supervise(proc, results, outcome, {job["id"]: job}, timeout, memory_mb, 0)
         jr = outcome.jobs.setdefault(job["id"], JobResult(job["id"]))
         if jr.status is None:
