@@ -367,3 +367,61 @@ def test_change_of_one_class_fact_relints_the_importer(tmp_path, edit, appears):
     # and back: the finding goes away again
     _write(src / "models.py", MODELS.format(**plain))
     assert _found(run(paths, OPTS, cache=Cache(str(tmp_path / "c")))) == before
+
+
+def _entries(cache_dir):
+    v = next(p for p in (cache_dir).iterdir() if p.name.startswith("v"))
+    return sorted(str(e) for d in v.iterdir() if d.is_dir() and len(d.name) == 2 for e in d.iterdir())
+
+
+def test_edits_do_not_grow_the_cache(tmp_path, tree):
+    """An edited file's new entry replaces the one of its old content."""
+    src, paths = tree
+    cdir = tmp_path / "c"
+    run(paths, OPTS, cache=Cache(str(cdir)))
+    first = _entries(cdir)
+    assert first
+    for n in range(4):
+        with open(src / "lonely.py", "a") as fh:
+            fh.write(f"\n\ndef unused_{n}():\n    return {n}\n")
+        found = _found(run(paths, OPTS, cache=Cache(str(cdir))))
+        assert found["lonely.py"] == ["TL103:8"]
+        assert len(_entries(cdir)) == len(first)
+
+
+def test_prune_removes_old_entries_and_least_recently_used_snapshots(tmp_path, tree):
+    import time
+
+    from torchlint import cache as cache_mod
+
+    src, paths = tree
+    cdir = tmp_path / "c"
+    selections = [["TL"], ["TL1"], ["TL2"], ["TL3"], ["TL4"], ["TL5"], ["TL6"], ["TL7"], ["TL8"], ["TL1", "TL2"]]
+    for sel in selections:  # one snapshot set per option set, the first one used longest ago
+        run(paths, LintOptions(frozenset(enabled_codes(sel, [], []))), cache=Cache(str(cdir)))
+    v = next(p for p in cdir.iterdir() if p.name.startswith("v"))
+    snaps = lambda: {p.name.split(".")[0].split("-")[1] for p in v.iterdir() if p.name.startswith("run-")}
+    assert len(snaps()) == len(selections)
+    # no prune yet: the first run of the day did it
+    assert Cache(str(cdir)).prune() == 0
+    # a day later: stamp every file with its order of use, one old entry
+    now = time.time()
+    files = sorted((p for p in v.rglob("*") if p.is_file() and p.name != "pruned"), key=lambda p: p.stat().st_mtime_ns)
+    for n, p in enumerate(files):
+        os.utime(p, (now - 3600 + n, now - 3600 + n))
+    stale = _entries(cdir)[0]
+    os.utime(stale, (now - cache_mod.MAX_AGE_S - 60,) * 2)
+    os.utime(v / "pruned", (now - cache_mod.PRUNE_EVERY_S - 60,) * 2)
+    before = snaps()
+    c = Cache(str(cdir))
+    assert c.prune(now) > 0
+    kept = snaps()
+    assert len(kept) == cache_mod.KEEP_SNAPSHOTS
+    first_two = {Cache(str(cdir))._fingerprint(LintOptions(frozenset(enabled_codes(sel, [], []))))
+                 for sel in selections[:2]}
+    assert kept == before - first_two  # the two used longest ago went
+    assert not os.path.exists(stale)
+    # what is left still works: a warm run of the last options, same findings
+    warm = Cache(str(cdir))
+    last = LintOptions(frozenset(enabled_codes(selections[-1], [], [])))
+    assert _found(run(paths, last, cache=warm)) == {"main.py": ["TL202:11"], "lonely.py": ["TL103:8"]}

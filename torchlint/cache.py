@@ -30,6 +30,12 @@ _TAG = ("Signature: 8a477f597d28d172789f06886806bc55\n"
         "# This file is a cache directory tag created by torchlint.\n"
         "# For information about cache directory tags see https://bford.info/cachedir/\n")
 _RACY_NS = 2_000_000_000  # an mtime this close to "now" may not change on the next edit
+# Bounds on the cache's size: an entry superseded by a newer one of its file (an edit) is
+# removed when the new one is written; once a day, a run removes the entries not written or
+# read for MAX_AGE_S and the run snapshots of all but the KEEP_SNAPSHOTS option sets used last.
+MAX_AGE_S = 30 * 24 * 3600
+KEEP_SNAPSHOTS = 8
+PRUNE_EVERY_S = 24 * 3600
 
 # Writes of a run's snapshot and stat index that wait until its report is out (the daemon's
 # worker answers its client first, then writes them: the next run only needs them to be fast,
@@ -217,12 +223,64 @@ class Cache:
         self._flush()
 
     def _flush(self) -> None:
+        self.prune()
         if not self._dirty or self._index is None or not self._ensure():
             return
         # forget files that no longer exist, so the index does not grow without bound
         idx = {p: e for p, e in self._index.items() if os.path.exists(p)}
         if self._write_json(os.path.join(self._vdir, "index.json"), {"version": __version__, "files": idx}):
             self._dirty = False
+
+    def prune(self, now: Optional[float] = None) -> int:
+        """At most once per PRUNE_EVERY_S: remove the entries not used for MAX_AGE_S and the
+        least recently used run snapshots beyond KEEP_SNAPSHOTS option sets (each snapshot's
+        files count as used when a run reads them). Returns how many files were removed."""
+        if not self._ready and not os.path.isdir(self._vdir):
+            return 0
+        now = time.time() if now is None else now
+        marker = os.path.join(self._vdir, "pruned")
+        try:
+            if now - os.stat(marker).st_mtime < PRUNE_EVERY_S:
+                return 0
+        except FileNotFoundError:
+            pass
+        except OSError:
+            return 0
+        try:
+            with open(marker, "w"):
+                pass
+            os.utime(marker, (now, now))
+            top = list(os.scandir(self._vdir))
+        except OSError:
+            return 0
+        cutoff = now - MAX_AGE_S
+        removed = 0
+        snapshots: dict = {}  # option fingerprint -> [(path, mtime)]
+        for d in top:
+            try:
+                if d.is_dir(follow_symlinks=False) and len(d.name) == 2:
+                    for e in os.scandir(d.path):
+                        if e.name.endswith(".json") and e.stat(follow_symlinks=False).st_mtime < cutoff:
+                            removed += _unlink(e.path)
+                elif d.name.startswith("run-") and d.is_file(follow_symlinks=False):
+                    fp = d.name[4:].split("-", 1)[0].split(".", 1)[0]
+                    snapshots.setdefault(fp, []).append((d.path, d.stat(follow_symlinks=False).st_mtime))
+            except OSError:
+                continue
+        by_use = sorted(snapshots.values(), key=lambda files: -max(m for _, m in files))
+        for rank, files in enumerate(by_use):
+            if rank >= KEEP_SNAPSHOTS or max(m for _, m in files) < cutoff:
+                for path, _ in files:
+                    removed += _unlink(path)
+        return removed
+
+    @staticmethod
+    def _used(path: str) -> None:
+        """Mark a cache file as used now (the prune keeps what was used last)."""
+        try:
+            os.utime(path)
+        except OSError:
+            pass
 
     # ------------------------------------------------------------ entries
     def _key(self, path: str, digest: str, opts) -> str:
@@ -270,6 +328,7 @@ class Cache:
         if r is None:
             self.misses += 1
             return None
+        self._used(self._file(key))
         self.hits += 1
         return r
 
@@ -290,8 +349,13 @@ class Cache:
             digest = self.content_hash(ap)
             if digest is None:
                 return
-        self._write_json(self._file(self._key(path, digest, opts)),
-                         {"version": __version__, "result": result.to_json()})
+        key = self._key(path, digest, opts)
+        if self._write_json(self._file(key), {"version": __version__, "result": result.to_json()}):
+            # the entry of the file's content in the last run is superseded (the file changed)
+            self._full_snapshot(opts)
+            old = self._last_keys.get(ap) if self.__dict__.get("_full_fp") == self._fingerprint(opts) else None
+            if old is not None and old != key:
+                _unlink(self._file(old))
 
     # ------------------------------------------------------------ snapshot of a whole run
     # A run where nothing changed (every file's entry key is the one of the last run, same
@@ -306,6 +370,7 @@ class Cache:
         exports stay in one blob until something looks at them."""
         if self._full is None:
             self._full, self._full_paths, self._store, self._last_keys = {}, None, None, {}
+            self._full_fp = self._fingerprint(opts)
             d = self._read_json(self._snapshot_file(opts, "-index.json"))
             blob = self._map(self._snapshot_file(opts, "-exports.bin")) if d is not None else None
             token = d.get("token") if d is not None else None
@@ -322,6 +387,8 @@ class Cache:
                     self._last_keys = dict(zip(self._full_paths, keys))
             elif isinstance(blob, mmap.mmap):
                 blob.close()
+            if self._store is not None:
+                self._used(self._snapshot_file(opts, "-index.json"))
         return self._full
 
     def last_exports(self, path: str, opts) -> Optional[tuple]:
@@ -372,6 +439,7 @@ class Cache:
             out = [FileResult.from_json(r) for r in d["results"]]
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None
+        self._used(self._snapshot_file(opts, ".json"))
         self.hits += len(out)
         return out
 
@@ -429,6 +497,14 @@ class Cache:
                 "paths": [abspath(p) for p in files], "keys": keys})
         self._write_json(self._snapshot_file(opts, ".json"),
                          {"version": __version__, "digest": digest, "results": lite})
+
+
+def _unlink(path: str) -> int:
+    try:
+        os.unlink(path)
+        return 1
+    except OSError:
+        return 0
 
 
 def _pairs(d: dict, limit: Optional[int] = None) -> bool:
