@@ -250,6 +250,25 @@ def test_progress_bar_only_on_a_terminal(tmp_path):
     os.close(master)
     err = b"".join(chunks).decode("utf-8", "replace")
     assert "25/25 files" in err
+    assert "results cached" not in err  # --no-cache
+    # with the cache, the bar goes on through writing it
+    master, slave = pty.openpty()
+    p = subprocess.Popen([sys.executable, "-m", "torchlint", ".", "-j", "1"], cwd=tmp_path,
+                         stdout=subprocess.PIPE, stderr=slave, env=dict(os.environ, TERM="xterm"))
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 4096)
+        except OSError:
+            break
+        if not data:
+            break
+        chunks.append(data)
+    p.wait(timeout=120)
+    os.close(master)
+    err = b"".join(chunks).decode("utf-8", "replace")
+    assert "25/25 files" in err and "25/25 results cached" in err
     # machine-readable formats never show it
     master, slave = pty.openpty()
     p = subprocess.Popen([sys.executable, "-m", "torchlint", ".", "--no-cache", "--output-format", "json"],

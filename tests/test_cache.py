@@ -143,6 +143,34 @@ def test_change_in_imported_module_relints_its_dependents(tmp_path, tree, parses
     assert parses == []
 
 
+class _Phases:
+    """What a progress bar hears: the first pass's ticks, then each later phase and its ticks."""
+
+    def __init__(self):
+        self.phases = [["files", None, 0]]
+
+    def phase(self, label, total):
+        self.phases.append([label, total, 0])
+
+    def __call__(self, n):
+        self.phases[-1][2] += n
+
+
+def test_progress_reports_the_phases_after_the_first_pass(tmp_path, tree):
+    """The bar does not sit at 100% while files are linted again or the cache written."""
+    src, paths = tree
+    p = _Phases()
+    run(paths, OPTS, cache=Cache(str(tmp_path / "c")), progress=p)
+    assert p.phases[0] == ["files", None, len(paths)]
+    assert p.phases[-1] == ["results cached", len(paths), len(paths)]
+    _write(src / "helpers.py", HELPERS.format(train_line="model.train()"))
+    p = _Phases()
+    run(paths, OPTS, cache=Cache(str(tmp_path / "c")), progress=p)
+    assert p.phases == [["files", None, len(paths)],
+                        ["files linted again (their imports changed)", 1, 1],  # main.py
+                        ["results cached", 2, 2]]  # helpers.py and main.py
+
+
 def test_edit_that_keeps_the_exports_checks_no_other_file(tmp_path, tree, parses, monkeypatch):
     """An edit that changes nothing a dependent sees (a comment that moves no function: the
     helpers' summaries cite their lines) stops there: main.py imports helpers.py, but its

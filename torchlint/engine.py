@@ -715,6 +715,19 @@ _GC_THRESHOLD = (100_000, 50, 100)
 GC_EVERY = 256
 
 
+def _phase(progress, label: str, total: int):
+    """Tell a progress display that a new phase of ``total`` steps begins (after the first
+    pass: a bar at 100% while the files are checked again or the cache written looks stuck);
+    the callable to tick it, or None."""
+    if progress is None or total <= 0:
+        return None
+    phase = getattr(progress, "phase", None)
+    if phase is None:
+        return None
+    phase(label, total)
+    return progress
+
+
 def _run(files, opts: LintOptions, jobs: int, cache, progress) -> list:
     from dataclasses import replace
 
@@ -779,7 +792,8 @@ def _run(files, opts: LintOptions, jobs: int, cache, progress) -> list:
             # trigger words, e.g. one that only unpacks batches) is linted in full for its exports
             skipped = _queried_unparsed(project, files, results, fresh)
             if skipped:
-                for i, r in pool.run(skipped, lambda i: full_opts).items():
+                tick = _phase(progress, "imported helpers linted for their exports", len(skipped))
+                for i, r in pool.run(skipped, lambda i: full_opts, None, tick).items():
                     r.parsed = True  # do not ask again, even if it still exports nothing
                     results[i] = r
                     fresh.add(i)
@@ -798,7 +812,8 @@ def _run(files, opts: LintOptions, jobs: int, cache, progress) -> list:
                      and r.queries and _answers(project, r.queries, memo) != r.answers]
             if not again:
                 break
-            for i, r in pool.run(again, lambda i: opts).items():
+            tick = _phase(progress, "files linted again (their imports changed)", len(again))
+            for i, r in pool.run(again, lambda i: opts, None, tick).items():
                 results[i] = r
                 relinted.add(i)
                 fresh.add(i)
@@ -806,9 +821,12 @@ def _run(files, opts: LintOptions, jobs: int, cache, progress) -> list:
         pool.close()
     if cache is not None:
         fresh = set(todo) | relinted
+        tick = _phase(progress, "results cached", len(fresh))
         for i, f in enumerate(files):
             if i in fresh:
                 cache.put(f, opts, results[i])
+                if tick is not None:
+                    tick(1)
         put_run = getattr(cache, "put_run", None)
         if put_run is not None:
             put_run(files, opts, results)

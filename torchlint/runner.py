@@ -262,6 +262,14 @@ class _Progress:
 
     def __init__(self, total: int):
         self.total, self.done, self._last = total, 0, -1
+        self.label = "files"
+        self._width = 0
+
+    def phase(self, label: str, total: int) -> None:
+        """After the first pass over the files: another phase with its own count, so that the
+        bar does not sit at 100% while the run goes on."""
+        self.total, self.done, self._last, self.label = total, 0, -1, label
+        self(0)
 
     def __call__(self, n: int) -> None:
         self.done += n
@@ -270,9 +278,12 @@ class _Progress:
             self._last = pct
             width = 30
             fill = width * self.done // max(self.total, 1)
-            sys.stderr.write(f"\r[{'#' * fill}{' ' * (width - fill)}] {self.done}/{self.total} files")
+            line = f"[{'#' * fill}{' ' * (width - fill)}] {self.done}/{self.total} {self.label}"
+            pad = " " * max(self._width - len(line), 0)
+            self._width = len(line)
+            sys.stderr.write(f"\r{line}{pad}")
             sys.stderr.flush()
 
     def close(self) -> None:
-        sys.stderr.write("\r" + " " * 60 + "\r")
+        sys.stderr.write("\r" + " " * max(self._width, 60) + "\r")
         sys.stderr.flush()
