@@ -227,11 +227,12 @@ def rules_cmd(output_format):
 
 @main.command("lsp")
 def lsp_cmd():
-    """Run the language server over stdio (needs `pip install torchlint[lsp]`)."""
+    """Run the language server over stdio (needs pygls and lsprotocol: `pip install '.[lsp]'`)."""
     try:
         from .lsp import serve
     except ImportError as exc:
-        _err(f"the language server needs the `lsp` extra: pip install 'torchlint[lsp]' ({exc})")
+        _err(f"the language server needs pygls and lsprotocol (the `lsp` extra: `pip install '.[lsp]'` "
+             f"in a checkout of torchlint): {exc}")
         sys.exit(EXIT_ERROR)
     serve()
 

@@ -1,4 +1,4 @@
-"""The torchlint language server (`torchlint lsp`, stdio; needs `pip install torchlint[lsp]`).
+"""The torchlint language server (`torchlint lsp`, stdio; needs the `lsp` extra: `pip install '.[lsp]'` in a checkout).
 
 - Diagnostics on open, on change (debounced, from the editor's in-memory text) and on save;
   cleared on close.  Ranges are 0-based, columns in the negotiated position encoding (UTF-16
