@@ -242,3 +242,26 @@ def test_readme_install_and_run_command_runs_verbatim(tmp_path):
     assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-2000:]  # findings: the programs are buggy
     assert "fixtures/loop_order/bad/logistic_regression_step_before_backward.py:61:13: TL101 " in r.stdout
     assert re.search(r"^Found \d+ errors\.$", r.stdout, re.M)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("git") is None, reason="git not available")
+def test_readme_precommit_snippet_runs_through_try_repo(tmp_path):
+    """The remote snippet's revision, installed by pre-commit from this repository."""
+    pytest.importorskip("pre_commit")
+    remote = next(s for s in _precommit_snippets() if s["repos"][0]["repo"] != "local")["repos"][0]
+    if subprocess.run(["git", "rev-parse", "--git-dir"], cwd=ROOT, capture_output=True).returncode != 0:
+        pytest.skip("not a git checkout")
+    env = dict(os.environ, PRE_COMMIT_HOME=str(tmp_path / "pc-home"), GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@e",
+               GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@e", TORCHLINT_NO_DAEMON="1")
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "train.py").write_text(BUGGY)
+    for cmd in (["git", "init", "-q"], ["git", "add", "-A"]):
+        subprocess.run(cmd, cwd=work, check=True, env=env)
+    r = subprocess.run([sys.executable, "-m", "pre_commit", "try-repo", ROOT, remote["hooks"][0]["id"],
+                        "--ref", remote["rev"], "--all-files"], cwd=work, env=env, capture_output=True, text=True,
+                       timeout=900)
+    out = r.stdout + r.stderr
+    assert r.returncode == 1, out
+    assert "train.py:12:13: TL103" in out
