@@ -6,7 +6,7 @@ import re
 
 from torchlint.model import catalog
 from torchlint.model.ir import BACKWARD, GRAD_OFF, STEP, CallOp, all_ops, walk
-from torchlint.model.queries import is_kind
+from torchlint.model.queries import is_kind, reaches_backward
 from torchlint.rule import Report, Rule
 
 from . import register
@@ -202,13 +202,17 @@ class DataAttribute(Rule):
         "silently wrong instead of raising an error; assigning `p.data = t` swaps a parameter's "
         "tensor without any shape, dtype or device check. `x.detach()` for reads and "
         "`with torch.no_grad():` for in-place updates are the supported spellings.\n\n"
-        "Reported: `.data` read or written on a tensor produced by the model or derived from "
-        "it (outside `no_grad`); `.data` writes on parameters inside a training loop (a loop "
+        "Reported: `.data` written on a tensor produced by the model or derived from it; `.data` "
+        "read from such a tensor inside a module's methods (`forward`) or where the value "
+        "reaches the loss that is differentiated (a stop-gradient target written as `.data`), "
+        "outside `no_grad`; `.data` writes on parameters inside a training loop (a loop "
         "whose iterations run `backward()` or `optimizer.step()`: weight clipping, hand-written "
-        "SGD); `p.data = t` in `__init__` and in training loops. Not reported: `.data` under "
-        "`no_grad`, reads of parameters, in-place initialisation (`m.weight.data.normal_()`), "
-        "model surgery outside training (re-parameterisation, freezing, loading weights), and "
-        "`p.grad.data` (see the option)."
+        "SGD); `p.data = t` in `__init__` and in training loops; `loss.data[0]`, which raises "
+        "`IndexError` on the 0-dim losses of PyTorch 0.4 and later. Not reported: `.data` under "
+        "`no_grad`, reads for logging and metrics (`running_loss += loss.data`, "
+        "`out.data.argmax(1)`), reads of parameters, in-place initialisation "
+        "(`m.weight.data.normal_()`), model surgery outside training (re-parameterisation, "
+        "freezing, loading weights), and `p.grad.data` (see the option)."
     )
     example = """\
 for p in critic.parameters():
@@ -224,7 +228,8 @@ with torch.no_grad():
 target = online(x2).detach()
 """
     fix_safety = "unsafe"
-    fix_doc = ("For reads, replaces `x.data` with `x.detach()`. Unsafe: unlike `.data`, a detached "
+    fix_doc = ("`loss.data[0]` becomes `loss.item()` (safe: the only value a 0-dim tensor has). "
+               "For other reads, replaces `x.data` with `x.detach()`. Unsafe: unlike `.data`, a detached "
                "tensor shares the version counter, so a later in-place change of it (or of `x`) "
                "that used to go unnoticed now raises an error - which is the point, but it can "
                "change behaviour. Writes are not fixed automatically.")
@@ -252,6 +257,13 @@ target = online(x2).detach()
                     yield Report(d.node, "`.grad.data` bypasses autograd; use `.grad` directly "
                                  "(under `torch.no_grad()` to modify it)", scope=fn.qualname)
                     continue
+                if d.index0 is not None and not d.write and f & {"loss", "scalar"}:
+                    # `loss.data[0]`: a 0-dim tensor has no element 0 since PyTorch 0.4
+                    yield Report(d.index0, f"`{_base_code(mm, d)}.data[0]` indexes a 0-dim tensor "
+                                 "(IndexError since PyTorch 0.4); use "
+                                 f"`{_base_code(mm, d)}.item()` for its value",
+                                 fix=_item_fix(d), scope=fn.qualname)
+                    continue
                 if _grad_off(mm, fn, d.op) and not d.assign:
                     continue
                 if f & {"graph", "grad_in"} and ("graph" in f or d.write):
@@ -260,7 +272,9 @@ target = online(x2).detach()
                                "autograd's back; gradients become silently wrong (modify a "
                                "`.detach()`ed copy or use an out-of-place op)")
                         yield Report(d.node, msg, scope=fn.qualname)
-                    else:
+                    elif mm.is_module_method(fn) or reaches_backward(mm, fn, d.op, d.node):
+                        # inside forward, or on the way to the loss: a gradient silently cut;
+                        # a read for logging or metrics (`running += loss.data`) is harmless
                         msg = ("`.data` silently detaches a tensor of the autograd graph; use "
                                "`.detach()` (same result, but autograd still checks in-place changes)")
                         yield Report(d.node, msg, fix=_detach_fix(d), scope=fn.qualname)
@@ -276,6 +290,19 @@ target = online(x2).detach()
                     yield Report(d.node, "in-place update of a parameter through `.data` in the training "
                                  "loop bypasses autograd's checks; do it under `with torch.no_grad():`",
                                  scope=fn.qualname)
+
+
+def _base_code(mm, d) -> str:
+    return mm.code_for(d.node.value)
+
+
+def _item_fix(d):
+    def make(mm):
+        from torchlint.fixes import replace_node
+
+        return replace_node(mm, d.index0, f"{_base_code(mm, d)}.item()",
+                            "Replace `.data[0]` with `.item()`", "safe")
+    return make
 
 
 def _detach_fix(d):

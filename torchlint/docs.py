@@ -12,7 +12,7 @@ def rule_markdown(r) -> str:
         parts += ["*Preview: off by default; enable it with `--select " + r.code + "` (or `extend-select = [\"" +
                   r.code + "\"]`). It misses the precision targets on real code (docs/evaluation.md).*", ""]
     parts += ["## What it does", r.summary, "", "## Why is this bad?", r.why, ""]
-    if r.exempt_in_tests and r.code not in ("TL000", "TL001", "TL002"):
+    if r.exempt_in_tests:
         parts += ["## Test code", "Not reported in test code (`tests/`, `test/`, `test_*.py`, `*_test.py`, "
                   "`*_tests.py`, `conftest.py`, `unittest.TestCase` classes), where such findings are harmless.", ""]
     if r.known_problems:

@@ -108,14 +108,25 @@ class Inplace:
         return f"Inplace({self.how}, {sorted(self.facts)})"
 
 
-class DataAccess:
-    """``x.data`` taken from a tensor with facts ``facts``; ``write`` when it is modified."""
+def _is_index0(sub) -> bool:
+    """``x[0]``: one subscript element, the integer 0."""
+    if len(sub.slice) != 1 or not isinstance(sub.slice[0].slice, cst.Index):
+        return False
+    v = sub.slice[0].slice.value
+    return isinstance(v, cst.Integer) and v.value == "0"
 
-    __slots__ = ("op", "node", "facts", "write", "base", "assign")
+
+class DataAccess:
+    """``x.data`` taken from a tensor with facts ``facts``; ``write`` when it is modified;
+    ``index0`` the ``x.data[0]`` subscript around it, when there is one (the pre-0.4 idiom for
+    a loss's value: an ``IndexError`` on a 0-dim tensor today)."""
+
+    __slots__ = ("op", "node", "facts", "write", "base", "assign", "index0")
 
     def __init__(self, op, node, facts, write, base, assign=False):
         self.op, self.node, self.facts, self.write = op, node, facts, write
         self.base, self.assign = base, assign
+        self.index0 = None
 
     def __repr__(self) -> str:
         return f"DataAccess({self.base}, write={self.write}, {sorted(self.facts)})"
@@ -197,6 +208,7 @@ class Dataflow:
             self.call_ops[id(op.node)] = op
         self._inplace: dict = {}
         self._data: dict = {}
+        self._index0: dict = {}
         self._cur = None
         self._loop_iters: dict = {}
 
@@ -543,6 +555,7 @@ class Dataflow:
             old.assign = old.assign or assign
             return
         self._data[key] = DataAccess(op, node, f, write, path, assign)
+        self._data[key].index0 = self._index0.get(key)
 
     def _scan_data(self, expr, env, op) -> None:
         """Record every ``x.data`` read inside ``expr`` (writes are marked by the callers)."""
@@ -558,6 +571,9 @@ class Dataflow:
                 continue
             if type(e) is cst.Attribute and e.attr.value == "data":
                 self._add_data(e, en, op)
+            elif type(e) is cst.Subscript and type(e.value) is cst.Attribute and e.value.attr.value == "data" \
+                    and _is_index0(e):
+                self._index0[id(e.value)] = e  # the attribute, a child, is recorded next
             if type(e) in _COMPS:
                 en = dict(en)
                 f = e.for_in

@@ -14,7 +14,8 @@ from . import catalog
 from .binder import dotted
 from .flow import norm_path
 from .ir import (
-    AUTOGRAD_GRAD, BACKWARD, CALL, CLEAR, FORWARD, SCHED_STEP, STEP, AssignOp, CallOp, LoopOp, all_ops, walk,
+    AUTOGRAD_GRAD, BACKWARD, CALL, CLEAR, FORWARD, LOSS, SCHED_STEP, STEP, AssignOp, CallOp, LoopOp, all_ops,
+    walk,
 )
 
 
@@ -278,3 +279,74 @@ def steps_or_updates(mm, fn) -> bool:
     """``fn`` updates weights: an optimizer step (directly, in a closure or a helper) or a
     manual parameter update."""
     return any(is_kind(mm, o, STEP) for o in iteration(mm, fn, fn.body)) or manual_update(fn)
+
+
+def names_in(expr) -> set:
+    """Every dotted name an expression reads (``a.b.c`` gives ``a.b.c``, ``a.b`` and ``a``)."""
+    out = set()
+    stack = [expr]
+    while stack:
+        e = stack.pop()
+        if e is None:
+            continue
+        if isinstance(e, (cst.Name, cst.Attribute)):
+            d = dotted(e)
+            if d:
+                parts = d.split(".")
+                out.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
+                continue
+        stack.extend(e.children)
+    return out
+
+
+def _contains(tree, node) -> bool:
+    stack = [tree]
+    while stack:
+        e = stack.pop()
+        if e is node:
+            return True
+        stack.extend(e.children)
+    return False
+
+
+def _assigned_names(op) -> set:
+    out = set()
+    for t in op.targets:
+        for e in (t.elements if isinstance(t, (cst.Tuple, cst.List)) else (t,)):
+            e = getattr(e, "value", e) if isinstance(e, (cst.Element, cst.StarredElement)) else e
+            d = dotted(e)
+            if d:
+                out.add(d)
+    return out
+
+
+def reaches_backward(mm, fn, op, node) -> bool:
+    """The value of ``node`` (an expression inside ``op``) reaches what ``fn`` differentiates:
+    a loss function's arguments, the receiver of a ``backward()``, the outputs of
+    ``torch.autograd.grad``, through the assignments of ``fn`` (augmented ones included),
+    across loop iterations.  A value read only for logging (``running += loss.data``,
+    ``pred = out.data.argmax(1)``) does not."""
+    ops = all_ops(fn)
+    tainted = set()
+    stmt = op.stmt
+    for o in ops:
+        if o.stmt is not stmt or not isinstance(o, (AssignOp, CallOp)):
+            continue
+        if isinstance(o, CallOp) and o.kind in (LOSS, BACKWARD, AUTOGRAD_GRAD) and _contains(o.node, node):
+            return True
+        if isinstance(o, AssignOp) and o.value is not None and _contains(o.value, node):
+            tainted |= _assigned_names(o)
+    if not tainted:
+        return False
+    for _ in range(2):  # loops: a value of one iteration reaches the next
+        for o in ops:
+            if isinstance(o, AssignOp) and o.value is not None and names_in(o.value) & tainted:
+                tainted |= _assigned_names(o)
+            elif isinstance(o, CallOp) and o.kind in (LOSS, AUTOGRAD_GRAD) and any(
+                    names_in(a.value) & tainted for a in o.args):
+                return True
+            elif isinstance(o, CallOp) and o.kind == BACKWARD and (
+                    (o.recv_node is not None and names_in(o.recv_node) & tainted)
+                    or any(names_in(a.value) & tainted for a in o.args)):
+                return True  # loss.backward(), accelerator.backward(loss), autograd.backward([...])
+    return False
