@@ -7,10 +7,11 @@
 For every ``[[bug]]`` of ``benchmarks/historical/manifest.toml`` the whole tree of the buggy and
 of the fixed commit is written (``git archive``) under the work directory (default
 ``~/.cache/torchlint-bench/historical``; trees are kept between runs, findings never are) and
-linted as one project with every rule (``--select ALL --no-cache``), exactly as
-``torchlint check TREE`` would.  The *default* columns count only the codes enabled by the
-default configuration (``select = ["TL"]``; the rules are independent, so filtering the
-all-rules run gives the default run's findings).
+linted as one project with every rule, preview rules included (``--select`` with every code,
+``--no-cache``), exactly as ``torchlint check TREE`` would.  The *default* columns count only
+the codes enabled by the default configuration (``select = ["TL"]``, which leaves preview rules
+out; the rules are independent, so filtering the all-rules run gives the default run's
+findings).
 
 * hit: a finding with one of the entry's codes within ``tolerance`` (3) lines of one of its
   sites on the buggy revision;
@@ -193,9 +194,16 @@ def map_lines(old, new, lines) -> list:
 
 # --- linting -----------------------------------------------------------------------------
 
+def all_codes() -> str:
+    """Every rule code, preview rules included (``ALL`` leaves preview rules out)."""
+    from torchlint.selection import known_codes
+
+    return ",".join(known_codes())
+
+
 def lint(tree: str, jobs: int, timeout: float) -> tuple:
-    """All findings of ``torchlint check --select ALL --no-cache tree`` (list of dicts), seconds."""
-    cmd = [sys.executable, "-m", "torchlint", "check", "--select", "ALL", "--no-cache",
+    """All findings of ``torchlint check --select <every code> --no-cache tree``, seconds."""
+    cmd = [sys.executable, "-m", "torchlint", "check", "--select", all_codes(), "--no-cache",
            "--no-progress", "--output-format", "json", "--exit-zero", "-j", str(jobs), tree]
     t0 = time.perf_counter()
     try:
@@ -317,6 +325,10 @@ def main(argv=None) -> int:
                "false_flag": bool(flags), "false_flag_default": bool(dflags),
                "hits": [(f["code"], f["rel"], f["line"]) for f in hits],
                "flags": [(f["code"], f["rel"], f["line"]) for f in flags],
+               # an expected code elsewhere in a site's file: a finding too far from the root cause
+               "elsewhere": [(f["code"], f["rel"], f["line"]) for f in fb
+                             if f["code"] in b["codes"] and f not in hits
+                             and f["rel"] in {s["path"] for s in b["sites"]}],
                "seconds": round(tb_s + tf_s, 1)}
         results.append(res)
         mark = "HIT " if hits else "miss"
@@ -324,6 +336,8 @@ def main(argv=None) -> int:
         print(f"{mark} {b['part']:7} {b['id']:40} {','.join(b['codes']):12} "
               f"({res['seconds']:.0f} s){ff_mark}", flush=True)
         if a.verbose:
+            for code, rel, line in res["elsewhere"]:
+                print(f"       elsewhere {code} {rel}:{line} (not within {tol} lines of a site)")
             for s in b["sites"]:
                 for f in near(fb, None, s["path"], s["lines"], tol):
                     print(f"       buggy  {f['code']} {f['rel']}:{f['line']} {f['message'][:90]}")
