@@ -1,7 +1,10 @@
 """Lint real checkouts and report, per repository: files, training loops found, findings per
-rule, and time.
+rule, and time; or score the labelled real-world benchmark (``--manifest``).
 
     python benchmarks/realworld.py PATH... [--jobs N] [--findings] [--cross] [--markdown]
+    python benchmarks/realworld.py --manifest [FILE] [--root DIR] [--labels FILE] [--part P]
+                                   [--repo SUBSTR] [--dump-unjudged OUT.jsonl] [--markdown]
+    python benchmarks/realworld.py --check-split [--manifest FILE]
 
 Each PATH is one repository (or a folder of one, e.g. ``accelerate/examples``) and is linted
 as one tree with every default rule, exactly as ``torchlint check PATH`` would (no cache).
@@ -17,6 +20,25 @@ as one tree with every default rule, exactly as ``torchlint check PATH`` would (
 * ``--markdown`` prints the table as Markdown (for docs/evaluation.md).
 
 Bad paths are reported with a clear message and exit status 2.
+
+Manifest mode (the benchmark of ``benchmarks/realworld/``, see docs/evaluation.md):
+
+* ``--manifest`` reads ``benchmarks/realworld/manifest.toml`` (repositories pinned to commits,
+  each ``part = "tuned"`` or ``"heldout"``); each repository's checkout is
+  ``ROOT/<owner>+<name>`` (``--root``, default ``$TORCHLINT_REALWORLD_ROOT`` or
+  ``/work/scratch/realworld``) at the pinned commit, and each of its ``subpaths`` (or the
+  whole checkout) is linted as ``torchlint check --no-cache`` would, with the default rule set.
+* Findings are matched to ``labels.jsonl`` (one verdict per finding: repo, commit, path
+  relative to the checkout, cell or null, line, code, verdict TRUE/FALSE/DEBATABLE, reason)
+  on (repo, path, cell, code) and the line, preferring the exact line, else the nearest
+  within 2 lines; a label is used by one finding at most; labels of another commit are
+  ignored.
+* It prints, per part and per rule: TRUE, FALSE, DEBATABLE, unjudged, precision
+  TRUE/(TRUE+FALSE), DEBATABLE share of the judged findings, FALSE per 50 training scripts
+  of the part, and labelled TRUE findings no longer reported ("lost").
+* ``--dump-unjudged OUT`` writes the findings without a label as JSONL (repo, commit, part,
+  path, cell, line, code, message) for judging.
+* ``--check-split`` recomputes the held-out rule (sha1 order) and fails if a ``part`` disagrees.
 """
 from __future__ import annotations
 
@@ -116,19 +138,250 @@ def lint_repo(path: str, opts: LintOptions, jobs: int) -> dict:
     }
 
 
+MANIFEST = os.path.join(os.path.dirname(os.path.abspath(__file__)), "realworld", "manifest.toml")
+LABELS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "realworld", "labels.jsonl")
+VERDICTS = ("TRUE", "FALSE", "DEBATABLE")
+
+
+def load_manifest(path: str) -> list:
+    try:
+        import tomllib
+    except ImportError:  # Python < 3.11
+        import tomli as tomllib
+    with open(path, "rb") as fh:
+        data = tomllib.load(fh)
+    entries = data.get("repo", [])
+    for e in entries:
+        for k in ("repo", "commit", "part"):
+            if k not in e:
+                raise ValueError(f"{path}: entry {e.get('repo', '?')}: missing `{k}`")
+        if e["part"] not in ("tuned", "heldout"):
+            raise ValueError(f"{path}: {e['repo']}: part must be \"tuned\" or \"heldout\"")
+        e.setdefault("subpaths", [])
+    return entries
+
+
+def heldout_by_rule(repos) -> set:
+    """The held-out rule of the manifest: sha1(repo) ascending, the first ceil(n/4)."""
+    import hashlib
+
+    order = sorted(repos, key=lambda r: hashlib.sha1(r.encode("utf-8")).hexdigest())
+    return set(order[:(len(order) + 3) // 4])
+
+
+def load_labels(path: str) -> list:
+    import json
+
+    out = []
+    if not os.path.exists(path):
+        return out
+    with open(path, encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            line = line.strip()
+            if not line:
+                continue
+            d = json.loads(line)
+            if d.get("verdict") not in VERDICTS:
+                raise ValueError(f"{path}:{n}: verdict must be one of {', '.join(VERDICTS)}")
+            out.append(d)
+    return out
+
+
+def match_labels(findings: list, labels: list) -> tuple:
+    """findings: dicts with repo, path, cell, line, code. Returns (verdict per finding or None,
+    indices of the labels used). Exact line first, then the nearest within 2 lines."""
+    from collections import defaultdict
+
+    by_key = defaultdict(list)
+    for i, lb in enumerate(labels):
+        by_key[(lb["repo"], lb["path"], lb.get("cell"), lb["code"])].append(i)
+    used, verdict = set(), [None] * len(findings)
+    order = sorted(range(len(findings)), key=lambda k: (findings[k]["repo"], findings[k]["path"],
+                                                         findings[k]["cell"] or 0, findings[k]["line"]))
+    for tolerance in (0, 1, 2):
+        for k in order:
+            if verdict[k] is not None:
+                continue
+            f = findings[k]
+            for i in by_key.get((f["repo"], f["path"], f["cell"], f["code"]), ()):
+                if i not in used and abs(labels[i]["line"] - f["line"]) == tolerance:
+                    used.add(i)
+                    verdict[k] = labels[i]["verdict"]
+                    break
+    return verdict, used
+
+
+def lint_manifest_entry(e: dict, root: str, jobs: int) -> dict:
+    """Lint one checkout as `torchlint check --no-cache` does (its config, the default rules)."""
+    from torchlint.config import load_config
+    from torchlint.runner import Runner
+
+    base = os.path.join(root, e["repo"].replace("/", "+"))
+    out = {"files": 0, "loops": 0, "findings": [], "errors": [], "time": 0.0}
+    for sub in e["subpaths"] or [""]:
+        path = os.path.join(base, sub) if sub else base
+        cfg = load_config(None, start=path)
+        runner = Runner(cfg, cfg.select, cfg.ignore, cfg.extend_select, jobs=jobs, progress=False)
+        files = runner.files([path])
+        t0 = time.perf_counter()
+        results = run(files, runner.opts, jobs=jobs)
+        out["time"] += time.perf_counter() - t0
+        out["files"] += len(files)
+        out["loops"] += training_loops(files, results)
+        for r in results:
+            if r.error:
+                out["errors"].append(r.error)
+            for f in r.findings:
+                out["findings"].append({
+                    "repo": e["repo"], "commit": e["commit"], "part": e["part"],
+                    "path": os.path.relpath(os.path.abspath(f.path), base).replace(os.sep, "/"),
+                    "cell": f.cell, "line": f.line, "code": f.code, "message": f.message})
+    return out
+
+
+def _table(head, rows, markdown: bool) -> str:
+    if markdown:
+        lines = ["| " + " | ".join(head) + " |",
+                 "|" + "|".join("---" if i == 0 else "---:" for i in range(len(head))) + "|"]
+        lines += ["| " + " | ".join(str(x) for x in row) + " |" for row in rows]
+        return "\n".join(lines)
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
+    return "\n".join("  ".join(str(x).rjust(w) if i else str(x).ljust(w) for i, (x, w) in enumerate(zip(row, widths)))
+                     for row in [head] + rows)
+
+
+def score_rows(findings, verdicts, lost, scripts: int) -> list:
+    """Per-rule rows (and a total row) of the scoring table."""
+    codes = sorted({f["code"] for f in findings} | {lb["code"] for lb in lost})
+    rows = []
+
+    def row(name, sel, lost_n):
+        c = Counter(verdicts[i] for i in sel)
+        t, fa, d, u = c["TRUE"], c["FALSE"], c["DEBATABLE"], c[None]
+        judged = t + fa + d
+        prec = f"{t / (t + fa):.2f}" if t + fa else "–"
+        share = f"{d / judged:.0%}" if judged else "–"
+        per50 = f"{fa * 50 / scripts:.2f}" if scripts else "–"
+        return [name, len(sel), t, fa, d, u, prec, share, per50, lost_n]
+
+    for code in codes:
+        sel = [i for i, f in enumerate(findings) if f["code"] == code]
+        rows.append(row(code, sel, sum(1 for lb in lost if lb["code"] == code)))
+    rows.append(row("all", list(range(len(findings))), len(lost)))
+    return rows
+
+
+SCORE_HEAD = ["rule", "findings", "TRUE", "FALSE", "DEBATABLE", "unjudged", "precision",
+              "DEBATABLE share", "FALSE / 50 scripts", "lost TRUE"]
+
+
+def main_manifest(args) -> int:
+    import json
+
+    try:
+        entries = load_manifest(args.manifest)
+        labels = load_labels(args.labels)
+    except (OSError, ValueError) as exc:
+        print(f"realworld.py: error: {exc}", file=sys.stderr)
+        return 2
+    rule = heldout_by_rule([e["repo"] for e in entries])
+    wrong = [e["repo"] for e in entries if (e["part"] == "heldout") != (e["repo"] in rule)]
+    if args.check_split:
+        for r in wrong:
+            print(f"realworld.py: {r}: `part` disagrees with the held-out rule", file=sys.stderr)
+        print(f"{len(entries)} repositories, {len(rule)} held out: " + ", ".join(sorted(rule)))
+        return 1 if wrong else 0
+    if args.part != "all":
+        entries = [e for e in entries if e["part"] == args.part]
+    if args.repo:
+        entries = [e for e in entries if any(s.lower() in e["repo"].lower() for s in args.repo)]
+    missing = [e["repo"] for e in entries if not os.path.isdir(os.path.join(args.root, e["repo"].replace("/", "+")))]
+    if missing:
+        for r in missing:
+            print(f"realworld.py: error: no checkout of {r} under {args.root} (see docs/evaluation.md)",
+                  file=sys.stderr)
+        return 2
+    per_repo = {}
+    for e in entries:
+        per_repo[e["repo"]] = lint_manifest_entry(e, args.root, args.jobs)
+        r = per_repo[e["repo"]]
+        print(f"  linted {e['repo']}: {r['files']} files, {r['loops']} training scripts, "
+              f"{len(r['findings'])} findings, {r['time']:.1f}s", file=sys.stderr)
+    commits = {e["repo"]: e["commit"] for e in entries}
+    labels = [lb for lb in labels if commits.get(lb["repo"]) == lb.get("commit")]
+    findings = [f for e in entries for f in per_repo[e["repo"]]["findings"]]
+    verdicts, used = match_labels(findings, labels)
+    lost = [lb for i, lb in enumerate(labels) if i not in used and lb["verdict"] == "TRUE"]
+
+    part_of = {e["repo"]: e["part"] for e in entries}
+    rows = [[e["repo"], e["part"], per_repo[e["repo"]]["files"], per_repo[e["repo"]]["loops"],
+             len(per_repo[e["repo"]]["findings"])] for e in entries]
+    rows.append(["total", "", sum(r[2] for r in rows), sum(r[3] for r in rows), sum(r[4] for r in rows)])
+    print("# Repositories\n")
+    print(_table(["repository", "part", "files", "training scripts", "findings"], rows, args.markdown))
+    for part in ("tuned", "heldout", "all"):
+        sel = [i for i, f in enumerate(findings) if part == "all" or f["part"] == part]
+        if not sel and part != "all":
+            continue
+        scripts = sum(per_repo[e["repo"]]["loops"] for e in entries if part == "all" or e["part"] == part)
+        part_lost = [lb for lb in lost if part == "all" or part_of[lb["repo"]] == part]
+        title = {"tuned": "Tuned part", "heldout": "Held-out part", "all": "Both parts"}[part]
+        n_repos = sum(1 for e in entries if part == "all" or e["part"] == part)
+        print(f"\n# {title}: {n_repos} repositories, {scripts} training scripts\n")
+        print(_table(SCORE_HEAD, score_rows([findings[i] for i in sel], [verdicts[i] for i in sel],
+                                            part_lost, scripts), args.markdown))
+    if lost:
+        print("\nLabelled TRUE findings no longer reported:")
+        for lb in lost:
+            cell = f" cell {lb['cell']}" if lb.get("cell") else ""
+            print(f"  {lb['repo']} {lb['path']}{cell}:{lb['line']} {lb['code']}")
+    for e in entries:
+        for err in per_repo[e["repo"]]["errors"]:
+            print(f"  {e['repo']}: {err}", file=sys.stderr)
+    if args.findings:
+        print()
+        for f, v in zip(findings, verdicts):
+            cell = f" cell {f['cell']}" if f["cell"] else ""
+            print(f"{f['repo']} {f['path']}{cell}:{f['line']}: {f['code']} [{v or 'unjudged'}] {f['message']}")
+    if args.dump_unjudged:
+        with open(args.dump_unjudged, "w", encoding="utf-8") as fh:
+            for f, v in zip(findings, verdicts):
+                if v is None:
+                    fh.write(json.dumps({k: f[k] for k in ("repo", "commit", "part", "path", "cell", "line", "code",
+                                                           "message")}) + "\n")
+        print(f"\n{sum(v is None for v in verdicts)} unjudged findings written to {args.dump_unjudged}",
+              file=sys.stderr)
+    return 0
+
+
 def _key(f) -> tuple:
     return (f.path, f.line, f.code)
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("paths", nargs="+", metavar="PATH")
+    ap.add_argument("paths", nargs="*", metavar="PATH")
+    ap.add_argument("--manifest", nargs="?", const=MANIFEST, default=None,
+                    help="score the labelled benchmark of this manifest (default benchmarks/realworld/manifest.toml)")
+    ap.add_argument("--root", default=os.environ.get("TORCHLINT_REALWORLD_ROOT", "/work/scratch/realworld"),
+                    help="folder holding the checkouts, one <owner>+<name> folder per repository")
+    ap.add_argument("--labels", default=LABELS, help="verdicts (JSONL)")
+    ap.add_argument("--part", choices=("all", "tuned", "heldout"), default="all")
+    ap.add_argument("--repo", action="append", default=[], help="only repositories whose name contains this")
+    ap.add_argument("--dump-unjudged", metavar="OUT", help="write the findings without a verdict as JSONL")
+    ap.add_argument("--check-split", action="store_true", help="check the manifest's parts against its held-out rule")
     ap.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--findings", action="store_true", help="list every finding")
     ap.add_argument("--cross", action="store_true",
                     help="also lint without the call graph and list what cross-function analysis changes")
     ap.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     args = ap.parse_args(argv)
+    if args.check_split and not args.manifest:
+        args.manifest = MANIFEST
+    if args.manifest:
+        return main_manifest(args)
+    if not args.paths:
+        ap.error("give PATH... or --manifest")
 
     bad = [p for p in args.paths if not os.path.exists(p)]
     if bad:
