@@ -11,7 +11,8 @@ as one tree with every default rule, exactly as ``torchlint check PATH`` would (
 
 * *training loops*: loops that run ``backward()`` in their iteration, directly or through a
   function of the linted tree, counting the innermost such loop (an epoch loop around a
-  batch loop is one training loop).
+  batch loop is one training loop); in ``.py`` files and notebooks (their code cells). The
+  manifest mode calls them *training scripts*.
 * ``--findings`` lists every finding.
 * ``--cross`` lints each repository a second time with the call graph switched off (no
   calls resolved to functions of the tree, no summaries, no model classes of other modules)
@@ -58,36 +59,60 @@ from torchlint.selection import enabled_codes  # noqa: E402
 
 
 def training_loops(files, results) -> int:
-    """Innermost loops whose iteration runs backward (directly or via a helper of the tree)."""
+    """Innermost loops whose iteration runs backward (directly or via a helper of the tree).
+
+    A loop that trains only by calling functions that hold a training loop themselves (an
+    epoch loop calling ``train_one_epoch``) is not counted again: the callee's loop is."""
     import libcst as cst
 
     from torchlint.discover import module_name_for
-    from torchlint.model.ir import LoopOp, walk
-    from torchlint.model.queries import analysable_functions, trains
+    from torchlint.model.ir import BACKWARD, CALL, CallOp, LoopOp, walk
+    from torchlint.model.queries import analysable_functions, is_kind, trains
     from torchlint.source import SourceError, read_source
 
     project = ProjectIndex.for_files(files)
     _merge(project, results)
-    n = 0
+    found = []  # (mm, loop) of innermost training loops
+    holders = set()  # "module.qualname" of the functions holding one
     for f, r in zip(files, results):
-        if not r.parsed or r.error or not f.endswith(".py"):
+        if not r.parsed or r.error or not f.endswith((".py", ".ipynb")):
             continue
         try:
-            src = read_source(f)
-            data = src.data
-            if b"backward" not in data and not r.queries:
+            if f.endswith(".ipynb"):  # a notebook is linted as its code cells, one program
+                from torchlint.notebook import load
+
+                text = load(f).text
+                name, is_pkg = os.path.basename(f)[:-6].replace("-", "_"), False
+            else:
+                text = read_source(f).text
+                name, is_pkg = module_name_for(f)
+            if "backward" not in text and not r.queries:
                 continue
-            name, is_pkg = module_name_for(f)
-            mm = ModuleModel(f, f, src.text, cst.parse_module(src.text), name, is_pkg, project)
+            mm = ModuleModel(f, f, text, cst.parse_module(text), name, is_pkg, project)
         except (SourceError, cst.ParserSyntaxError, RecursionError, Exception):
             continue
         for fn in analysable_functions(mm):
             loops = [op for op in walk(fn.body) if isinstance(op, LoopOp)]
             training = [lp for lp in loops if trains(mm, lp.body)]
             for lp in training:
-                inner = any(o is not lp and _inside(o, lp) for o in training)
-                if not inner:
-                    n += 1
+                if not any(o is not lp and _inside(o, lp) for o in training):
+                    found.append((mm, lp))
+                    holders.add(f"{mm.module_name}.{fn.qualname}")
+
+    def callee(mm, op):
+        t = op.info
+        if t is None:
+            return None
+        if hasattr(t, "module") and hasattr(t, "name") and not hasattr(t, "body"):  # ExternalRef
+            return project.resolve(t.qualname) or t.qualname
+        return f"{mm.module_name}.{getattr(t, 'qualname', '')}"
+
+    n = 0
+    for mm, lp in found:
+        via = [op for op in walk(lp.body) if isinstance(op, CallOp) and is_kind(mm, op, BACKWARD)]
+        if via and all(op.kind == CALL and callee(mm, op) in holders for op in via):
+            continue
+        n += 1
     return n
 
 
