@@ -39,6 +39,8 @@ Manifest mode (the benchmark of ``benchmarks/realworld/``, see docs/evaluation.m
   of the part, and labelled TRUE findings no longer reported ("lost").
 * ``--dump-unjudged OUT`` writes the findings without a label as JSONL (repo, commit, part,
   path, cell, line, code, message) for judging.
+* ``--extend-select CODE`` also runs rules outside the default set (preview rules); labelled
+  TRUE findings of rules that did not run are listed apart, not counted as lost.
 * ``--check-split`` recomputes the held-out rule (sha1 order) and fails if a ``part`` disagrees.
 """
 from __future__ import annotations
@@ -236,8 +238,9 @@ def match_labels(findings: list, labels: list) -> tuple:
     return verdict, used
 
 
-def lint_manifest_entry(e: dict, root: str, jobs: int) -> dict:
-    """Lint one checkout as `torchlint check --no-cache` does (its config, the default rules)."""
+def lint_manifest_entry(e: dict, root: str, jobs: int, extend_select=()) -> dict:
+    """Lint one checkout as `torchlint check --no-cache` does (its config, the default rules,
+    plus ``extend_select``)."""
     from torchlint.config import load_config
     from torchlint.runner import Runner
 
@@ -246,7 +249,9 @@ def lint_manifest_entry(e: dict, root: str, jobs: int) -> dict:
     for sub in e["subpaths"] or [""]:
         path = os.path.join(base, sub) if sub else base
         cfg = load_config(None, start=path)
-        runner = Runner(cfg, cfg.select, cfg.ignore, cfg.extend_select, jobs=jobs, progress=False)
+        runner = Runner(cfg, cfg.select, cfg.ignore, list(cfg.extend_select) + list(extend_select), jobs=jobs,
+                        progress=False)
+        out["enabled"] = runner.enabled
         files = runner.files([path])
         t0 = time.perf_counter()
         results = run(files, runner.opts, jobs=jobs)
@@ -328,7 +333,7 @@ def main_manifest(args) -> int:
         return 2
     per_repo = {}
     for e in entries:
-        per_repo[e["repo"]] = lint_manifest_entry(e, args.root, args.jobs)
+        per_repo[e["repo"]] = lint_manifest_entry(e, args.root, args.jobs, args.extend_select)
         r = per_repo[e["repo"]]
         print(f"  linted {e['repo']}: {r['files']} files, {r['loops']} training scripts, "
               f"{len(r['findings'])} findings, {r['time']:.1f}s", file=sys.stderr)
@@ -336,7 +341,10 @@ def main_manifest(args) -> int:
     labels = [lb for lb in labels if commits.get(lb["repo"]) == lb.get("commit")]
     findings = [f for e in entries for f in per_repo[e["repo"]]["findings"]]
     verdicts, used = match_labels(findings, labels)
-    lost = [lb for i, lb in enumerate(labels) if i not in used and lb["verdict"] == "TRUE"]
+    enabled = set().union(*(r.get("enabled", ()) for r in per_repo.values()))
+    unmatched_true = [lb for i, lb in enumerate(labels) if i not in used and lb["verdict"] == "TRUE"]
+    lost = [lb for lb in unmatched_true if lb["code"] in enabled]
+    off = Counter(lb["code"] for lb in unmatched_true if lb["code"] not in enabled)
 
     part_of = {e["repo"]: e["part"] for e in entries}
     rows = [[e["repo"], e["part"], per_repo[e["repo"]]["files"], per_repo[e["repo"]]["loops"],
@@ -355,6 +363,9 @@ def main_manifest(args) -> int:
         print(f"\n# {title}: {n_repos} repositories, {scripts} training scripts\n")
         print(_table(SCORE_HEAD, score_rows([findings[i] for i in sel], [verdicts[i] for i in sel],
                                             part_lost, scripts), args.markdown))
+    if off:
+        print("\nLabelled TRUE findings of rules outside this run's rule set (not counted as lost): " +
+              ", ".join(f"{c} {n}" for c, n in sorted(off.items())))
     if lost:
         print("\nLabelled TRUE findings no longer reported:")
         for lb in lost:
@@ -393,6 +404,8 @@ def main(argv=None) -> int:
     ap.add_argument("--labels", default=LABELS, help="verdicts (JSONL)")
     ap.add_argument("--part", choices=("all", "tuned", "heldout"), default="all")
     ap.add_argument("--repo", action="append", default=[], help="only repositories whose name contains this")
+    ap.add_argument("--extend-select", action="append", default=[], metavar="CODE",
+                    help="also run these rules (e.g. a preview rule: --extend-select TL201)")
     ap.add_argument("--dump-unjudged", metavar="OUT", help="write the findings without a verdict as JSONL")
     ap.add_argument("--check-split", action="store_true", help="check the manifest's parts against its held-out rule")
     ap.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 1)
