@@ -41,6 +41,8 @@ Manifest mode (the benchmark of ``benchmarks/realworld/``, see docs/evaluation.m
   path, cell, line, code, message) for judging.
 * ``--extend-select CODE`` also runs rules outside the default set (preview rules); labelled
   TRUE findings of rules that did not run are listed apart, not counted as lost.
+* ``--save-run FILE`` keeps the lint results; ``--from-run FILE`` scores them again (after
+  new labels) without linting.
 * ``--check-split`` recomputes the held-out rule (sha1 order) and fails if a ``part`` disagrees.
 """
 from __future__ import annotations
@@ -325,18 +327,32 @@ def main_manifest(args) -> int:
         entries = [e for e in entries if e["part"] == args.part]
     if args.repo:
         entries = [e for e in entries if any(s.lower() in e["repo"].lower() for s in args.repo)]
-    missing = [e["repo"] for e in entries if not os.path.isdir(os.path.join(args.root, e["repo"].replace("/", "+")))]
+    missing = [] if args.from_run else [e["repo"] for e in entries if not os.path.isdir(os.path.join(args.root, e["repo"].replace("/", "+")))]
     if missing:
         for r in missing:
             print(f"realworld.py: error: no checkout of {r} under {args.root} (see docs/evaluation.md)",
                   file=sys.stderr)
         return 2
     per_repo = {}
+    if args.from_run:
+        with open(args.from_run, encoding="utf-8") as fh:
+            saved = json.load(fh)
+        for e in entries:
+            if e["repo"] not in saved:
+                print(f"realworld.py: error: {args.from_run} has no run of {e['repo']}", file=sys.stderr)
+                return 2
+            per_repo[e["repo"]] = saved[e["repo"]]
+            per_repo[e["repo"]]["enabled"] = set(saved[e["repo"]].get("enabled", ()))
     for e in entries:
+        if e["repo"] in per_repo:
+            continue
         per_repo[e["repo"]] = lint_manifest_entry(e, args.root, args.jobs, args.extend_select)
         r = per_repo[e["repo"]]
         print(f"  linted {e['repo']}: {r['files']} files, {r['loops']} training scripts, "
               f"{len(r['findings'])} findings, {r['time']:.1f}s", file=sys.stderr)
+    if args.save_run:
+        with open(args.save_run, "w", encoding="utf-8") as fh:
+            json.dump({k: dict(v, enabled=sorted(v.get("enabled", ()))) for k, v in per_repo.items()}, fh)
     commits = {e["repo"]: e["commit"] for e in entries}
     labels = [lb for lb in labels if commits.get(lb["repo"]) == lb.get("commit")]
     findings = [f for e in entries for f in per_repo[e["repo"]]["findings"]]
@@ -407,6 +423,8 @@ def main(argv=None) -> int:
     ap.add_argument("--extend-select", action="append", default=[], metavar="CODE",
                     help="also run these rules (e.g. a preview rule: --extend-select TL201)")
     ap.add_argument("--dump-unjudged", metavar="OUT", help="write the findings without a verdict as JSONL")
+    ap.add_argument("--save-run", metavar="FILE", help="save the lint results (findings, counts) as JSON")
+    ap.add_argument("--from-run", metavar="FILE", help="score a run saved by --save-run instead of linting")
     ap.add_argument("--check-split", action="store_true", help="check the manifest's parts against its held-out rule")
     ap.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--findings", action="store_true", help="list every finding")
