@@ -643,3 +643,53 @@ def test_positions_of_one_function_equal_the_module_positions():
     assert mm.span_of(ret) == (full[ret].start.line, full[ret].start.column,
                                full[ret].end.line, full[ret].end.column)
     assert mm._positions is not None
+
+
+# --------------------------------------------------------------------------- roles on evidence
+def test_names_do_not_make_roles_where_evidence_says_otherwise():
+    mm = build("""
+        import cv2
+        import ignite.distributed as idist
+        import torch
+        from diffusers import DDPMScheduler
+
+        face_net = cv2.dnn.readNetFromONNX("face.onnx")
+
+        def run(model, loader, optimizer, model_fn, model_name):
+            model = idist.auto_model(model)
+            noise_scheduler = DDPMScheduler(num_train_timesteps=1000)
+            wrapped_model = lambda x: model(x)
+            for x, t in loader:
+                optimizer.zero_grad()
+                model(x).sum().backward()
+                optimizer.step()
+                face_net.forward()
+                noise_scheduler.step(x, t, x)
+                model_fn(x)
+                wrapped_model(x)
+                model_name.eval()
+    """)
+    ev = events(fn_named(mm, "run"))
+    kinds = {(f, k) for f, k, _ in ev}
+    assert ("model", FORWARD) in kinds and ("optimizer.step", STEP) in kinds
+    assert ("idist.auto_model", FORWARD) not in kinds  # an imported function, not a model
+    assert not any(f in ("face_net.forward", "noise_scheduler.step", "model_fn", "wrapped_model",
+                         "model_name.eval") for f, _, _ in ev), ev
+
+
+def test_modules_of_another_framework_have_no_training_events():
+    src = """
+        import mxnet as mx
+        from mxnet import autograd, gluon
+
+        def train(net, loader, trainer, loss_fn):
+            for data, label in loader:
+                with autograd.record():
+                    loss = loss_fn(net(data), label)
+                loss.backward()
+                trainer.step(data.shape[0])
+    """
+    assert events(fn_named(build(src), "train")) == []
+    # the same code in a module that also imports torch (a conversion script) is analysed
+    mixed = build(src.replace("import mxnet as mx", "import mxnet as mx\n        import torch"))
+    assert ("net", FORWARD, "net") in events(fn_named(mixed, "train"))

@@ -59,6 +59,17 @@ def _compact(summary: dict) -> dict:
     return out
 
 
+def _is_torch_code(imports) -> bool:
+    """Whether a module may be PyTorch code: not when it imports another deep-learning
+    framework (MXNet, TensorFlow, JAX ...) and nothing of PyTorch's ecosystem.  A module that
+    imports neither (a helper handed models by its callers) may be."""
+    tops = {m.split(".", 1)[0] for m in imports.imported_modules}
+    tops |= {q.split(".", 1)[0] for q in imports.names.values()}
+    if tops & catalog.TORCH_PACKAGES:
+        return True
+    return not (tops & catalog.OTHER_FRAMEWORKS)
+
+
 class ModuleModel:
     def __init__(self, path: str, display_path: str, text: str, module: cst.Module,
                  module_name: str = "", is_package: bool = False,
@@ -87,6 +98,7 @@ class ModuleModel:
         self.functions = self.binder.functions
         self.all_functions = self.binder.all_functions
         self.module_function = self.binder.module_function
+        self.is_torch_code = _is_torch_code(self.imports)
         self.resolver = RoleResolver(self)
         self._positions = None
         self._owner = self._local = self._text_lines = None  # see _local_position

@@ -109,6 +109,45 @@ FRESH_FACTORIES = TENSOR_FACTORIES | {
     "torch.randn_like", "torch.rand_like", "torch.cat", "torch.stack",
 }
 
+# ------------------------------------------------------- other libraries
+# deep-learning frameworks other than PyTorch: a module importing one of them and nothing of
+# PyTorch's is not PyTorch code (an MXNet baseline, a TensorFlow port in the same tree)
+OTHER_FRAMEWORKS = {"tensorflow", "keras", "tf_keras", "mxnet", "jax", "jaxlib", "flax", "haiku",
+                    "optax", "paddle", "mindspore", "oneflow", "chainer", "cupy", "theano", "caffe",
+                    "cntk", "dynet", "trax", "objax", "equinox"}
+# packages whose objects are PyTorch's (a module importing one is PyTorch code)
+TORCH_PACKAGES = {"torch", "torchvision", "torchaudio", "torchtext", "torchmetrics", "pytorch_lightning",
+                  "lightning", "lightning_fabric", "timm", "accelerate", "ignite", "fairseq", "detectron2",
+                  "mmcv", "mmdet", "mmseg", "mmengine", "segmentation_models_pytorch", "torch_geometric",
+                  "dgl", "monai", "kornia", "apex", "deepspeed", "peft", "diffusers", "transformers",
+                  "pytorch_metric_learning", "torchrl", "stable_baselines3", "bitsandbytes", "xformers"}
+# what a call of these libraries returns is never a PyTorch model, optimizer, scheduler or
+# loader, whatever the variable is called: an OpenCV/ONNX Runtime net has its own
+# ``forward``, a gym environment its ``step``, a scikit-learn estimator its ``fit``
+NON_TORCH_PACKAGES = OTHER_FRAMEWORKS | {
+    "cv2", "onnxruntime", "onnx", "openvino", "tensorrt", "sklearn", "xgboost", "lightgbm",
+    "catboost", "gym", "gymnasium", "numpy", "scipy", "pandas", "optuna", "ray", "dlib", "mediapipe",
+    "insightface", "face_recognition", "PIL", "skimage", "tflite_runtime", "coremltools", "ncnn",
+}
+# diffusers' noise schedulers step the sampling, its pipelines run no_grad inference: neither is
+# an LR scheduler or a model
+
+
+def non_torch_object(qualname: str) -> bool:
+    """What a call of ``qualname`` (an imported callable) returns is known not to be a PyTorch
+    training object: another library's, or a diffusers noise scheduler / pipeline, or a
+    transformers ``pipeline``."""
+    top = qualname.split(".", 1)[0]
+    if top in NON_TORCH_PACKAGES:
+        return True
+    last = qualname.rsplit(".", 1)[-1]
+    base = qualname.rsplit(".", 2)[-2] if qualname.count(".") >= 1 else ""
+    if top == "diffusers" and ("Scheduler" in last or "Pipeline" in last or "Scheduler" in base
+                               or "Pipeline" in base):
+        return True
+    return qualname in ("transformers.pipeline", "transformers.pipelines.pipeline")
+
+
 # ------------------------------------------------------- name heuristics
 _PATTERNS = [
     (SCHEDULER, re.compile(r"(^|_)(lr_)?sched(uler)?s?($|_)|^scheduler|_scheduler$|^lr_scheduler")),
@@ -125,11 +164,19 @@ _PATTERNS = [
 ]
 
 
+# names that say "this is about a model" (its function, path, name, config), not "this is a model"
+_NOT_INSTANCE_SUFFIX = re.compile(
+    r"_(fn|fns|func|funcs|function|functions|transform|transforms|name|names|path|paths|dir|file|"
+    r"url|cfg|config|conf|args|kwargs|kw|type|types|cls|class|classes|builder|factory|ctor|params|"
+    r"state|state_dict|dict|ckpt|checkpoint|weights|id|ids|str|kind|version|tag|prefix|suffix|"
+    r"key|keys|list|map|registry|zoo|hub|spec|step|steps|wrapper|hook|hooks)$", re.I)
+
 # names that say "this returns/does something with a model", not "this is a model"
 _VERB_PREFIX = re.compile(
     r"^_*(get|create|build|make|load|init|initialize|setup|prepare|reparameterize|convert|wrap|"
     r"unwrap|export|save|freeze|unfreeze|run|compute|update|copy|apply|register|check|fuse|"
-    r"compile|trace|instantiate|construct)_", re.I)
+    r"compile|trace|instantiate|construct|extract|auto|from|to|load|dump|print|log|show|plot|"
+    r"count|summarize|describe|inspect|validate|is|has)_", re.I)
 
 
 @functools.lru_cache(maxsize=8192)
@@ -140,7 +187,7 @@ def role_from_name(name: str) -> Optional[str]:
     the thing they act on.
     """
     last = name.rsplit(".", 1)[-1]
-    if _VERB_PREFIX.search(last):
+    if _VERB_PREFIX.search(last) or _NOT_INSTANCE_SUFFIX.search(last):
         return None
     for role, pat in _PATTERNS:
         if pat.search(last):

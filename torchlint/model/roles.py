@@ -53,6 +53,7 @@ class RoleResolver:
         self.mm = mm  # ModuleModel
         self._module_roles: Optional[dict] = None
         self._class_roles: dict = {}
+        self._otherwise: dict = {}
 
     # ----------------------------------------------------------- expressions
     def of_expr(self, fn, expr) -> Role:
@@ -121,10 +122,59 @@ class RoleResolver:
         first = path.split(".", 1)[0]
         if first in self.mm.functions or first in self.mm.classes:
             return (None, None)  # a function or class of this module, not an instance
+        return self._guess(fn, path, q)
+
+    def _guess(self, fn, path: str, q: Optional[str] = None) -> Role:
+        """The role a name suggests, when nothing says what the value is, and only where
+        nothing says it is something else: not in a module of another framework, not for an
+        imported name (a function, class or module: ``idist.auto_model``), not for a value
+        defined by a lambda, a function or a call of another library (an OpenCV net, a
+        diffusers noise scheduler, a gym environment)."""
+        if not self.mm.is_torch_code:
+            return (None, None)
         guess = catalog.role_from_name(path)
-        if guess == catalog.MODEL and q and "." not in path:
+        if guess is None:
+            return (None, None)
+        if q:
             return (None, None)  # an imported name is a function, class or module
-        return (guess, None) if guess else (None, None)
+        if self.defined_otherwise(fn, path):
+            return (None, None)
+        return (guess, None)
+
+    def defined_otherwise(self, fn, path: str) -> bool:
+        """``path`` is bound to something known not to be a PyTorch training object: a
+        lambda, a nested function, or what a call of another library returns."""
+        key = (id(fn), path)
+        got = self._otherwise.get(key)
+        if got is None:
+            got = self._otherwise[key] = self._defined_otherwise(fn, path)
+        return got
+
+    def _defined_otherwise(self, fn, path: str) -> bool:
+        f = fn
+        while f is not None:
+            if any(n.name == path for n in getattr(f, "nested", ())):
+                return True
+            f = f.parent
+        try:
+            d = self.definition(fn, path)
+        except RecursionError:
+            return False
+        if d is None:
+            return False
+        value = d[1]
+        if isinstance(value, cst.Lambda):
+            return True
+        while isinstance(value, cst.Call):
+            func = value.func
+            dq = self.mm.qualify(dotted(func)) if dotted(func) else None
+            if dq:
+                return catalog.non_torch_object(dq)
+            if isinstance(func, cst.Attribute):  # cv2.dnn.readNet(...).to(...) / a method chain
+                value = func.value
+                continue
+            return False
+        return False
 
     def _param_role(self, fn, name: str) -> Role:
         ann = fn.annotations.get(name)
@@ -141,6 +191,8 @@ class RoleResolver:
                     ext = self.mm.external_class(d)
                     if ext and ext.get("is_module"):
                         return (catalog.MODEL, self.mm.external_class_name(d))
+        if not self.mm.is_torch_code:
+            return (None, None)
         guess = catalog.role_from_name(name)
         return (guess, None) if guess else (None, None)
 
@@ -697,7 +749,10 @@ def _mode_of_train_call(op: CallOp) -> Optional[str]:
 
 
 def classify(mm, fn, resolver: RoleResolver) -> None:
-    """Label the calls of ``fn`` that are training events."""
+    """Label the calls of ``fn`` that are training events (none in a module of another
+    framework: MXNet's ``loss.backward()`` and ``trainer.step()`` are not PyTorch's)."""
+    if not mm.is_torch_code:
+        return
     for op in all_ops(fn):
         if not isinstance(op, CallOp):
             continue
