@@ -286,6 +286,23 @@ def test_stdin_filename_reports_under_the_name_and_honours_per_file_ignores(proj
     assert r.returncode == 1 and "TL103" in r.stdout
 
 
+def test_stdin_filename_with_force_exclude_honours_the_exclusions(project):
+    (project / "pyproject.toml").write_text('[tool.torchlint]\nextend-exclude = ["generated/"]\n')
+    r = tl("--stdin-filename", "generated/train.py", "--force-exclude", "-", cwd=project, input=BUGGY)
+    assert r.returncode == 0 and r.stdout == "", r.stdout + r.stderr
+    r = tl("--stdin-filename", "generated/train.py", "--force-exclude", "--fix", "-", cwd=project, input=BUGGY)
+    assert r.returncode == 0 and r.stdout == BUGGY
+    # without --force-exclude a file named explicitly is linted, as on the command line
+    r = tl("--stdin-filename", "generated/train.py", "-", cwd=project, input=BUGGY)
+    assert r.returncode == 1 and "TL103" in r.stdout
+    # the same for a file on disk named by pre-commit (its folder is excluded)
+    (project / "generated").mkdir()
+    (project / "generated" / "train.py").write_text(BUGGY)
+    r = tl("generated/train.py", "--force-exclude", "--no-cache", cwd=project)
+    assert r.returncode == 0, r.stdout
+    assert tl("generated/train.py", "--no-cache", cwd=project).returncode == 1
+
+
 def test_stdin_with_fix_writes_the_fixed_source_to_stdout(project):
     r = tl("--stdin-filename", "evaluate.py", "--fix", cwd=project, input=EVAL_NO_GRAD)
     assert r.returncode == 0, r.stderr

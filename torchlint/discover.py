@@ -64,6 +64,20 @@ def _excluded(path: str, patterns) -> bool:
     return bool(name_re.match(name) or path_re.match(path))
 
 
+def force_excluded(path: str, patterns) -> bool:
+    """``--force-exclude`` for a path named on the command line (or ``--stdin-filename``):
+    excluded when it or one of its folders is, as if the walk had reached it (a pattern
+    ``legacy/`` excludes ``legacy/train.py``, which pre-commit names)."""
+    if not patterns:
+        return False
+    rel = os.path.relpath(os.path.abspath(path)).replace(os.sep, "/")
+    parts = rel.split("/")
+    start = 0
+    while start < len(parts) - 1 and parts[start] == "..":
+        start += 1  # the folders above the working directory are not the project's
+    return any(_excluded("/".join(parts[:i]), patterns) for i in range(start + 1, len(parts) + 1))
+
+
 def discover(paths, exclude=(), respect_gitignore=True, follow_symlinks=False,
              force_exclude=False) -> Discovery:
     out = Discovery()
@@ -85,7 +99,7 @@ def discover(paths, exclude=(), respect_gitignore=True, follow_symlinks=False,
             out.errors.append((p, "no such file or directory"))
             continue
         if os.path.isfile(p):
-            if force_exclude and _excluded(os.path.relpath(os.path.abspath(p)), exclude):
+            if force_exclude and force_excluded(p, exclude):
                 continue
             add(p)  # always linted when named (unless --force-exclude)
             continue

@@ -152,6 +152,14 @@ class Runner:
         shown = name if name == "-" else display_path(name)
         path = os.path.abspath(name)
         data = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode()
+        if self.force_exclude and name != "-":
+            from .discover import force_excluded
+
+            if force_excluded(path, list(self.cfg.exclude) + list(self.cfg.extend_exclude)):
+                if fix:  # the source goes through unchanged (an editor replaces the buffer with it)
+                    sys.stdout.buffer.write(data)
+                    sys.stdout.flush()
+                return EXIT_OK
         if name.endswith(".ipynb"):
             from .notebook import lint_notebook
 
