@@ -187,6 +187,29 @@ def test_flake8_plugin_costs_nothing_when_its_codes_are_not_selected(tmp_path):
     (tmp_path / ".flake8").write_text("[flake8]\nextend-ignore = TL103\n")
     out = _flake8_in_process(["train.py"], tmp_path)
     assert "TL103" not in out
+    # a preview rule runs only when named by its full code, as with `torchlint`
+    (tmp_path / ".flake8").unlink()
+    (tmp_path / "evaluate.py").write_text(EVALUATE_IN_TRAIN_MODE)
+    assert "TL201" not in _flake8_in_process(["--select", "TL", "evaluate.py"], tmp_path)
+    out = _flake8_in_process(["--select", "TL201", "evaluate.py"], tmp_path)
+    assert out.startswith("evaluate.py:13:20: TL201 "), out
+
+
+EVALUATE_IN_TRAIN_MODE = textwrap.dedent('''\
+    import torch
+    import torch.nn as nn
+
+
+    def fit(model, train_loader, val_loader, optimizer, criterion):
+        model.train()
+        for x, y in train_loader:
+            optimizer.zero_grad()
+            criterion(model(x), y).backward()
+            optimizer.step()
+        with torch.no_grad():
+            for x, y in val_loader:
+                print((model(x).argmax(dim=1) == y).float().mean().item())
+''')
 
 
 def test_flake8_disable_noqa_reaches_the_plugin(tmp_path):

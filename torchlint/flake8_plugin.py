@@ -28,11 +28,13 @@ def _selected_codes(options) -> Optional[frozenset]:
         selected = {c for c in CODES if engine.decision_for(c) is Decision.Selected}
     except Exception:
         return None
-    # TL002 (unused noqa) is opt-in, as with the torchlint command: named explicitly
-    named = [c.strip().upper() for c in list(getattr(options, "select", None) or ())
-             + list(getattr(options, "extend_select", None) or ())]
-    if "TL002" not in named:
-        selected.discard("TL002")
+    # as with the torchlint command, TL002 (unused noqa) and the preview rules run only when
+    # named by their full code
+    from .selection import preview_codes
+
+    named = {c.strip().upper() for c in list(getattr(options, "select", None) or ())
+             + list(getattr(options, "extend_select", None) or ())}
+    selected -= (preview_codes() | {"TL002"}) - named
     return frozenset(selected)
 
 
