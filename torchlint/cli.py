@@ -87,7 +87,7 @@ def check(paths, select, ignore, extend_select, output_format, output_file, stat
           verbose, config_path, no_cache, cache_dir, jobs, fix, unsafe_fixes, diff, show_fixes, fix_only,
           baseline, write_baseline, add_noqa, changed_since, force_exclude, no_progress, color, dynamic, device, entry,
           steps, timeout, stdin_filename, no_daemon):
-    """Lint PATHS (files or directories; default: the current directory)."""
+    """Lint PATHS (files or directories; default: the current directory; `-`: the source on stdin)."""
     del no_daemon  # torchlint/client.py decided before this process imported click
     kwargs = dict(locals())
     interrupted = _watch_interrupts()
