@@ -12,6 +12,7 @@ from torchlint.cache import Cache
 from torchlint.engine import LintOptions, run
 from torchlint.selection import enabled_codes
 from sample_projects import ENGINE as HELPERS  # written as helpers.py here
+import cachefiles
 
 OPTS = LintOptions(frozenset(enabled_codes(["TL"], [], ["TL201"])))  # preview rules too
 
@@ -238,9 +239,9 @@ def test_corrupt_entries_and_index_are_ignored(tmp_path, tree, parses):
     expected = _found(run(paths, OPTS, cache=Cache(str(cdir))))
     entries = [os.path.join(d, f) for d, _, fs in os.walk(cdir) for f in fs if f.endswith(".json")]
     assert len(entries) >= len(paths)
-    for i, e in enumerate(entries):
-        with open(e, "w") as fh:  # truncated JSON, wrong shapes, plain garbage
-            fh.write(["{\"version\": ", "[]", "{\"version\": \"0\", \"result\": 1}", "\x00garbage"][i % 4])
+    for i, e in enumerate(entries):  # truncated JSON, wrong shapes, plain garbage (sealed or not)
+        cachefiles.dump(e, [b"{\"version\": ", b"[]", b"{\"version\": \"0\", \"result\": 1}", b"\x00garbage"][i % 4],
+                        seal=i % 2 == 0)
     c = Cache(str(cdir))
     assert _found(run(paths, OPTS, cache=c)) == expected
     assert c.hits == 0
@@ -259,8 +260,7 @@ def test_damaged_run_snapshot_is_ignored_not_fatal(tmp_path, tree, damage):
     vdir = next(os.path.join(d) for d, _, fs in os.walk(cdir) if any(f.endswith("-index.json") for f in fs))
     index = next(os.path.join(vdir, f) for f in os.listdir(vdir) if f.endswith("-index.json"))
     blob = index.replace("-index.json", "-exports.bin")
-    with open(index) as fh:
-        d = json.load(fh)
+    d = cachefiles.load(index)
     if damage == "spans":  # right keys, values out of shape
         d["spans"] = {k: ["0", None] for k in d["spans"]}
     elif damage == "qspans":  # the questions past the end of the blob
@@ -269,8 +269,7 @@ def test_damaged_run_snapshot_is_ignored_not_fatal(tmp_path, tree, damage):
         d["called"] = {"helpers.train_one_epoch": 3}
     elif damage == "token":  # an index paired with another run's blob
         d["token"] = "0" * 32
-    with open(index, "w") as fh:
-        json.dump(d, fh)
+    cachefiles.dump(index, d)  # sealed again: the schema (or the blob's hash) must catch it
     if damage == "blob":  # same token, exports cut short
         with open(blob, "rb") as fh:
             data = fh.read()
@@ -301,7 +300,7 @@ def test_cache_directory_is_tagged_and_ignored_by_git(tmp_path, tree):
     assert "*" in (cdir / ".gitignore").read_text().split()
     idx = [os.path.join(d, f) for d, _, fs in os.walk(cdir) for f in fs if f == "index.json"]
     assert len(idx) == 1
-    files = json.load(open(idx[0]))["files"]
+    files = cachefiles.load(idx[0])["files"]
     assert set(files) == {os.path.abspath(p) for p in paths}
 
 

@@ -8,6 +8,8 @@ import textwrap
 
 import pytest
 
+import cachefiles
+
 EVIL = textwrap.dedent('''\
     import pathlib
     pathlib.Path(__file__).with_name("EXECUTED").write_text("user code ran")
@@ -81,22 +83,23 @@ def test_damaged_cache_entries_are_ignored_and_rebuilt(tmp_path, damage):
     first = tl(".", cwd=tmp_path)
     assert first.returncode == 1
     (entry,) = list(_cache_files(tmp_path))
+    # each damage sealed again with this user's key: what the schema and version checks catch
     if damage == "truncate":
-        data = open(entry).read()
-        open(entry, "w").write(data[: len(data) // 2])
+        data = cachefiles.payload(entry)
+        cachefiles.dump(entry, data[: len(data) // 2])
     elif damage == "garbage":
-        open(entry, "w").write(json.dumps({"version": "0.1.0", "result": {"findings": "nope"}}))
+        cachefiles.dump(entry, {"version": "0.1.0", "result": {"findings": "nope"}})
     elif damage == "other-version":
-        d = json.load(open(entry))
+        d = cachefiles.load(entry)
         d["version"] = "0.0.0-other"
         d["result"]["findings"] = []
-        json.dump(d, open(entry, "w"))
+        cachefiles.dump(entry, d)
     else:
         if os.geteuid() != 0:
             pytest.skip("needs root to chown")
-        d = json.load(open(entry))
+        d = cachefiles.load(entry)
         d["result"]["findings"] = []
-        json.dump(d, open(entry, "w"))
+        cachefiles.dump(entry, d)
         os.chown(entry, 12345, 12345)
     second = tl(".", cwd=tmp_path)
     assert second.stdout == first.stdout and second.returncode == 1
@@ -112,14 +115,14 @@ def test_damaged_run_snapshot_is_ignored(tmp_path, damage):
     snaps = list(_cache_files(tmp_path, runs=True))  # findings of the run; all its results
     assert len(snaps) == 2
     for snap in snaps:
-        d = json.load(open(snap))
+        d = cachefiles.load(snap)
         if damage == "truncate":
-            open(snap, "w").write(json.dumps(d)[:40])
+            cachefiles.dump(snap, json.dumps(d)[:40].encode())
             continue
         rs = d["results"] if isinstance(d["results"], list) else list(d["results"].values())
         for r in rs:
             r["findings"] = []  # a snapshot that would hide the findings
-        json.dump(d, open(snap, "w"))
+        cachefiles.dump(snap, d)
         if os.geteuid() != 0:
             pytest.skip("needs root to chown")
         os.chown(snap, 12345, 12345)

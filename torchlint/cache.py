@@ -12,6 +12,9 @@ path to ``(mtime_ns, size, content hash)``.  When a file's ``stat`` matches, its
 is used without opening it; otherwise the file is read and hashed again.  A file modified
 within a couple of seconds of being indexed ("racy": a later edit may keep the same mtime
 and size) is always re-hashed.
+
+Nothing is trusted for being in the cache directory: every file is sealed with this user's
+key and validated against its schema when read (:mod:`torchlint.integrity`, ``docs/cache.md``).
 """
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ import tempfile
 import time
 from typing import Optional
 
-from . import __version__
+from . import __version__, integrity
 from .discover import abspath
 
 _TAG = ("Signature: 8a477f597d28d172789f06886806bc55\n"
@@ -71,6 +74,7 @@ class Cache:
         self._full_paths = None  # the files of that run
         self._last_keys: dict = {}  # abspath -> its entry key in that run
         self._store: Optional["_Snapshot"] = None  # their exports
+        self._secret: Optional[bytes] = None  # this user's key (integrity.load_key), once per run
 
     # ------------------------------------------------------------ directory
     @property
@@ -132,22 +136,43 @@ class Cache:
         finally:
             os.close(fd)
 
-    @classmethod
-    def _read_json(cls, f: str) -> Optional[dict]:
-        """A cache file's content, if it is ours, well-formed and of this version."""
-        data = cls._read_bytes(f)
-        try:
-            d = json.loads(data) if data is not None else None
-        except ValueError:
+    @property
+    def _userkey(self) -> Optional[bytes]:
+        if self._secret is None:
+            self._secret = integrity.load_key() or b""
+        return self._secret or None
+
+    def _name(self, f: str) -> str:
+        """A cache file's name in the cache (what its seal binds it to)."""
+        return f[len(self.dir) + 1:].replace(os.sep, "/")
+
+    def _open(self, f: str, data=None):
+        """The payload of a cache file (or of its bytes ``data``) if it carries this user's seal
+        for its name; ``None`` otherwise."""
+        if data is None:
+            data = self._read_bytes(f)
+        return integrity.unseal(self._userkey, self._name(f), data) if data is not None else None
+
+    def _read_json(self, f: str, valid=None) -> Optional[dict]:
+        """A cache file's content, if it is ours (owner, seal), well-formed, of this version
+        and, with ``valid``, of its schema."""
+        d = integrity.loads(self._open(f))
+        if not isinstance(d, dict) or d.get("version") != __version__:
             return None
-        return d if isinstance(d, dict) and d.get("version") == __version__ else None
+        if valid is not None and not valid(d):
+            integrity.note("invalid", self._name(f))
+            return None
+        return d
 
     def _write_json(self, f: str, obj) -> bool:
+        key = self._userkey
+        if key is None:
+            return False
         try:
             data = json.dumps(obj).encode()  # json.dump streams through the pure-Python encoder
         except (TypeError, ValueError):
             return False
-        return self._write_bytes(f, data)
+        return self._write_bytes(f, integrity.seal(key, self._name(f), data))
 
     def _write_bytes(self, f: str, data: bytes) -> bool:
         """Write through a temporary file and ``os.replace``: readers never see half a file."""
@@ -176,8 +201,13 @@ class Cache:
     # ------------------------------------------------------------ stat index
     def _load_index(self) -> dict:
         if self._index is None:
-            d = self._read_json(os.path.join(self._vdir, "index.json"))
-            self._index = d["files"] if d is not None and isinstance(d.get("files"), dict) else {}
+            f = os.path.join(self._vdir, "index.json")
+            d = self._read_json(f)
+            self._index = integrity.index(d, __version__) if d is not None else None
+            if self._index is None:
+                if d is not None:
+                    integrity.note("invalid", self._name(f))
+                self._index = {}
         return self._index
 
     def run_hash(self, path: str) -> Optional[str]:
@@ -320,7 +350,7 @@ class Cache:
                 return r
             except (ValueError, KeyError, TypeError, AttributeError):
                 pass
-        d = self._read_json(self._file(key))
+        d = self._read_json(self._file(key), lambda d: integrity.result(d.get("result")))
         try:
             r = FileResult.from_json(d["result"]) if d is not None else None
         except (ValueError, KeyError, TypeError, AttributeError):
@@ -371,13 +401,14 @@ class Cache:
         if self._full is None:
             self._full, self._full_paths, self._store, self._last_keys = {}, None, None, {}
             self._full_fp = self._fingerprint(opts)
-            d = self._read_json(self._snapshot_file(opts, "-index.json"))
+            f = self._snapshot_file(opts, "-index.json")
+            d = self._read_json(f)
             blob = self._map(self._snapshot_file(opts, "-exports.bin")) if d is not None else None
             token = d.get("token") if d is not None else None
-            if blob is not None and isinstance(token, str) and blob[:len(token)] == token.encode() and all(
-                    isinstance(d.get(k), dict) for k in ("results", "spans", "qspans", "called")) and _pairs(
-                    d["spans"], len(blob) - len(token)) and _pairs(d["qspans"], len(blob) - len(token)) and _pairs(
-                    d["called"]) and all(isinstance(r, dict) for r in d["results"].values()):
+            # the index is sealed and holds the blob's sha256: the blob is the one written with it
+            if blob is not None and isinstance(token, str) and blob[:len(token)] == token.encode() \
+                    and integrity.snapshot_index(d, __version__, len(blob) - len(token)) \
+                    and hashlib.sha256(blob).hexdigest() == d["blob"]:
                 self._store = _Snapshot(memoryview(blob)[len(token):], d["spans"], d["called"], d["qspans"])
                 self._full = d["results"]
                 self._full_paths = d.get("paths")
@@ -385,10 +416,13 @@ class Cache:
                 if isinstance(self._full_paths, list) and isinstance(keys, list) \
                         and len(keys) == len(self._full_paths):
                     self._last_keys = dict(zip(self._full_paths, keys))
-            elif isinstance(blob, mmap.mmap):
-                blob.close()
+            else:
+                if blob is not None:
+                    integrity.note("invalid", self._name(f))
+                if isinstance(blob, mmap.mmap):
+                    blob.close()
             if self._store is not None:
-                self._used(self._snapshot_file(opts, "-index.json"))
+                self._used(f)
         return self._full
 
     def last_exports(self, path: str, opts) -> Optional[tuple]:
@@ -424,18 +458,17 @@ class Cache:
         from .engine import FileResult
 
         digest = self._run_digest(files, opts)
-        data = self._read_bytes(self._snapshot_file(opts, ".json")) if digest is not None else None
-        if data is None or digest.encode() not in data[:200]:
-            return None  # another run's: not worth decoding
-        try:
-            d = json.loads(data)
-        except ValueError:
+        f = self._snapshot_file(opts, ".json")
+        data = self._read_bytes(f) if digest is not None else None
+        if data is None or digest.encode() not in integrity.payload_head(data):
+            return None  # another run's: not worth checking
+        d = integrity.loads(self._open(f, data))
+        if d is None:
             return None
-        if not isinstance(d, dict) or d.get("version") != __version__ or d.get("digest") != digest:
+        if not integrity.run_snapshot(d, __version__, digest, len(files)):
+            integrity.note("invalid", self._name(f))
             return None
         try:
-            if len(d["results"]) != len(files):
-                return None
             out = [FileResult.from_json(r) for r in d["results"]]
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None
@@ -490,10 +523,10 @@ class Cache:
             lite.append(dict(d, summaries={}, classes={}, reexports={}, called=[], stars=[], queries=[]))
         called = called_counts(results)
         # the blob first: an index is never paired with another run's blob (the token)
-        if self._write_bytes(self._snapshot_file(opts, "-exports.bin"), bytes(blob)):
+        if self._userkey is not None and self._write_bytes(self._snapshot_file(opts, "-exports.bin"), bytes(blob)):
             self._write_json(self._snapshot_file(opts, "-index.json"), {
                 "version": __version__, "results": full, "spans": spans, "qspans": qspans, "called": called,
-                "token": token,
+                "token": token, "blob": hashlib.sha256(blob).hexdigest(),
                 "paths": [abspath(p) for p in files], "keys": keys})
         self._write_json(self._snapshot_file(opts, ".json"),
                          {"version": __version__, "digest": digest, "results": lite})
@@ -505,21 +538,6 @@ def _unlink(path: str) -> int:
         return 1
     except OSError:
         return 0
-
-
-def _pairs(d: dict, limit: Optional[int] = None) -> bool:
-    """Every value is a pair of non-negative integers (a snapshot's spans and call counts);
-    with ``limit``, spans that end by it."""
-    try:
-        for v in d.values():
-            if type(v) is not list:
-                return False
-            a, b = v
-            if type(a) is not int or type(b) is not int or a < 0 or b < 0 or (limit is not None and a + b > limit):
-                return False
-    except ValueError:  # not a pair
-        return False
-    return True
 
 
 class _Snapshot:
@@ -539,14 +557,14 @@ class _Snapshot:
 
     def load(self, key: str) -> dict:
         try:
-            d = json.loads(bytes(self.raw(key)))
+            d = integrity.loads(self.raw(key))
         except (KeyError, ValueError, TypeError):
             d = None
-        return d if isinstance(d, dict) else {}
+        return d if integrity.exports(d) else {}
 
     def load_queries(self, key: str) -> list:
         try:
-            q = json.loads(bytes(self.raw_queries(key)))
+            q = integrity.loads(self.raw_queries(key))
         except (KeyError, ValueError, TypeError):
             q = None
         return q if isinstance(q, list) and all(type(x) is str for x in q) else []

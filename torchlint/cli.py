@@ -57,7 +57,8 @@ def _codes(values):
 @click.option("--statistics", is_flag=True, help="Count findings per rule.")
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when findings are reported.")
 @click.option("--quiet", "-q", is_flag=True, help="Print findings only, no summary.")
-@click.option("--verbose", "-v", is_flag=True, help="Show tracebacks of internal errors.")
+@click.option("--verbose", "-v", is_flag=True,
+              help="Show tracebacks of internal errors, and the cache files that were ignored and why.")
 @click.option("--config", "config_path", type=click.Path(), help="A pyproject.toml or torchlint.toml to use.")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the cache.")
 @click.option("--cache-dir", type=click.Path(file_okay=False), help="Where the cache lives (default .torchlint_cache).")
@@ -169,16 +170,23 @@ def _check(paths, select, ignore, extend_select, output_format, output_file, sta
                     cache=None if no_cache else (cache_dir or cfg.cache_dir or os.path.join(cfg.root, ".torchlint_cache")),
                     verbose=verbose, progress=not no_progress and (output_format or "text") in ("text", "concise"),
                     force_exclude=force_exclude)
-    if stdin:
-        return runner.main_stdin(stdin_filename or "-", output_format=output_format or "text",
-                                 output_file=output_file, statistics=statistics, exit_zero=exit_zero, quiet=quiet,
-                                 fix=fix or fix_only, unsafe_fixes=unsafe_fixes, diff=diff, show_fixes=show_fixes,
-                                 baseline=baseline, color=color)
-    return runner.main(paths, output_format=output_format or "text", output_file=output_file,
-                       statistics=statistics, exit_zero=exit_zero, quiet=quiet, fix=fix or fix_only,
-                       unsafe_fixes=unsafe_fixes, diff=diff, show_fixes=show_fixes, baseline=baseline,
-                       write_baseline=write_baseline, add_noqa=add_noqa, changed_since=changed_since,
-                       color=color, dynamic=dynamic, device=device, entry=entry, steps=steps, timeout=timeout)
+    try:
+        if stdin:
+            return runner.main_stdin(stdin_filename or "-", output_format=output_format or "text",
+                                     output_file=output_file, statistics=statistics, exit_zero=exit_zero, quiet=quiet,
+                                     fix=fix or fix_only, unsafe_fixes=unsafe_fixes, diff=diff, show_fixes=show_fixes,
+                                     baseline=baseline, color=color)
+        return runner.main(paths, output_format=output_format or "text", output_file=output_file,
+                           statistics=statistics, exit_zero=exit_zero, quiet=quiet, fix=fix or fix_only,
+                           unsafe_fixes=unsafe_fixes, diff=diff, show_fixes=show_fixes, baseline=baseline,
+                           write_baseline=write_baseline, add_noqa=add_noqa, changed_since=changed_since,
+                           color=color, dynamic=dynamic, device=device, entry=entry, steps=steps, timeout=timeout)
+    finally:
+        if verbose:
+            from .integrity import take_notes
+
+            for line in take_notes():
+                click.echo(line, err=True)
 
 
 @main.command("rule")
