@@ -128,6 +128,55 @@ def _identity(f: Finding) -> tuple:
 
 
 # ------------------------------------------------------------------ one text
+class _Text:
+    """A module's text being fixed: linted as it is, fixes applied as text edits."""
+
+    def __init__(self, path: str, opts, project, shown: str):
+        self.path, self.opts, self.project, self.shown = path, opts, project, shown
+
+    def lint(self, text: str) -> list:
+        return lint_text(self.path, text, self.opts, self.project, shown=self.shown).findings
+
+    @staticmethod
+    def apply(text: str, fixes) -> tuple:
+        return apply_fixes_detailed(text, fixes)
+
+    @staticmethod
+    def parses(text: str) -> bool:
+        return _parses(text)
+
+
+class _Cells(_Text):
+    """A notebook's code cells being fixed (a tuple of their sources): each lint is one of the
+    program they make, as ``lint_notebook`` lints it, with its fixes moved into the cells."""
+
+    def __init__(self, path: str, nb, opts, project, shown: str):
+        super().__init__(path, opts, project, shown)
+        self.nb = nb
+
+    def lint(self, cells: tuple) -> list:
+        from . import notebook
+
+        text, line_map = notebook.program(cells)
+        nb = notebook.Notebook(self.path, self.nb.doc, self.nb.code_cells, text, line_map)
+        res = lint_text(self.path, text, self.opts, self.project, module_name=notebook.module_name(self.path),
+                        shown=self.shown)
+        notebook.to_cells(nb, res.findings)
+        return res.findings
+
+    @staticmethod
+    def apply(cells: tuple, fixes) -> tuple:
+        from .notebook import apply_to_cells
+
+        return apply_to_cells(cells, fixes)
+
+    @staticmethod
+    def parses(cells: tuple) -> bool:
+        from .notebook import program
+
+        return _parses(program(cells)[0])
+
+
 def fix_text(path: str, text: str, opts, unsafe: bool = False, project: Optional[ProjectIndex] = None,
              shown: Optional[str] = None, max_passes: int = MAX_PASSES,
              first: Optional[list] = None, allowed=None) -> FileFix:
@@ -137,6 +186,14 @@ def fix_text(path: str, text: str, opts, unsafe: bool = False, project: Optional
     project (saves one lint).
     """
     shown = shown or display_path(path)
+    return _fix_passes(_Text(path, opts, project, shown), text, unsafe, shown, max_passes, first, allowed)
+
+
+def _fix_passes(doc, text, unsafe: bool, shown: str, max_passes: int = MAX_PASSES, first: Optional[list] = None,
+                allowed=None) -> FileFix:
+    """Fix ``text`` (a module's text, or a notebook's cells: ``doc`` lints it and applies
+    fixes to it) in passes: every edit applied is one of a lint of exactly the text it is
+    applied to, and stays only if the result parses and its finding is gone."""
     result = FileFix(shown, text, text)
     bad: set = set()
     seen = {text}
@@ -144,23 +201,23 @@ def fix_text(path: str, text: str, opts, unsafe: bool = False, project: Optional
     cur = text
     for _ in range(max_passes):
         if findings is None:
-            findings = lint_text(path, cur, opts, project, shown=shown).findings
+            findings = doc.lint(cur)
         if any(f.code == "TL001" for f in findings):
             break
         cands = [f for f in findings if is_fixable(f, unsafe, allowed) and _fix_key(f) not in bad]
         if not cands:
             break
         cands.sort(key=lambda f: (f.span.start, f.span.end, f.code))
-        new, idx = apply_fixes_detailed(cur, [f.fix for f in cands])
+        new, idx = doc.apply(cur, [f.fix for f in cands])
         chosen = [cands[i] for i in idx]
         if not chosen:
             break
-        if not _parses(new):
+        if not doc.parses(new):
             # find the culprits: keep, in order, each fix that leaves the file parseable
             keep = []
             for f in chosen:
-                trial, _ = apply_fixes_detailed(cur, [g.fix for g in keep + [f]])
-                if _parses(trial):
+                trial, _ = doc.apply(cur, [g.fix for g in keep + [f]])
+                if doc.parses(trial):
                     keep.append(f)
                 else:
                     bad.add(_fix_key(f))
@@ -168,8 +225,8 @@ def fix_text(path: str, text: str, opts, unsafe: bool = False, project: Optional
             if not keep:
                 continue  # the findings still describe `cur`; the discarded fixes are skipped now
             chosen = keep
-            new, _ = apply_fixes_detailed(cur, [f.fix for f in chosen])
-        after = lint_text(path, new, opts, project, shown=shown).findings
+            new, _ = doc.apply(cur, [f.fix for f in chosen])
+        after = doc.lint(new)
         # a fix must make its finding go away; otherwise undo it and never try it again
         before_n = Counter(_identity(f) for f in findings)
         after_n = Counter(_identity(f) for f in after)
@@ -182,8 +239,8 @@ def fix_text(path: str, text: str, opts, unsafe: bool = False, project: Optional
             chosen = [f for f in chosen if f not in useless]
             if not chosen:
                 continue
-            new, _ = apply_fixes_detailed(cur, [f.fix for f in chosen])
-            if not _parses(new):  # pragma: no cover - subsets of parseable fixes normally parse
+            new, _ = doc.apply(cur, [f.fix for f in chosen])
+            if not doc.parses(new):  # pragma: no cover - subsets of parseable fixes normally parse
                 break
             after = None
         if new in seen:  # a cycle: two fixes undoing each other
@@ -274,7 +331,7 @@ def fix_files(runner, files, unsafe: bool = False, diff: bool = False, show: boo
     nb_fixed = 0
     for path, res in zip(files, results):
         if path.endswith(".ipynb") and not res.error and not diff:
-            nb_fixed += _fix_notebook(runner, path, res, unsafe, allowed)
+            nb_fixed += _fix_notebook(runner, path, res, unsafe, allowed, project)
             continue
         if res.error:
             if diff:
@@ -326,22 +383,39 @@ def fix_files(runner, files, unsafe: bool = False, diff: bool = False, show: boo
     return report
 
 
-def _fix_notebook(runner, path: str, res, unsafe: bool, allowed) -> int:
-    """Apply a notebook's cell-relative fixes (one pass) into its cells; outputs and metadata stay."""
-    fixes = [f.fix for f in res.findings
-             if f.fix is not None and f.fix.cell is not None
-             and (f.fix.applicability == SAFE or (unsafe and f.fix.applicability == UNSAFE))
-             and (allowed is None or f.code in allowed)]
-    if not fixes:
-        return 0
-    from .notebook import apply_fixes as apply_to_notebook
+def _fix_notebook(runner, path: str, res, unsafe: bool, allowed, project) -> int:
+    """Fix a notebook's code cells as a module is fixed (passes of a fresh lint of the cells as
+    they are, each fix kept only if the program still parses and its finding is gone) and
+    write them back into the cells; outputs and metadata stay."""
+    from . import notebook
 
+    if not any(is_fixable(f, unsafe, allowed) for f in res.findings):
+        return 0
     try:
-        return apply_to_notebook(path, fixes)
+        with open(path, "rb") as fh:
+            data = fh.read()
+        nb = notebook.load(path, data)
+        ff = _fix_passes(_Cells(path, nb, runner.opts, project, res.path), notebook.sources(nb), unsafe, res.path,
+                         allowed=allowed)
+        if not ff.changed:
+            return 0
+        out = notebook.with_sources(nb, data, ff.fixed)
+        with open(path, "rb") as fh:
+            if fh.read() != data:
+                click.echo(f"torchlint: error: {res.path}: changed while it was being fixed; left alone", err=True)
+                runner.had_error = True
+                return 0
+        write_atomic(path, out)
     except Exception as exc:  # never lose the notebook
-        click.echo(f"torchlint: error: {res.path}: fixing failed: {type(exc).__name__}: {exc}", err=True)
+        if os.environ.get("TORCHLINT_DEBUG"):
+            import traceback
+
+            traceback.print_exc()
+        msg = exc.strerror if isinstance(exc, OSError) and exc.strerror else f"{type(exc).__name__}: {exc}"
+        click.echo(f"torchlint: error: {res.path}: fixing failed: {msg}", err=True)
         runner.had_error = True
         return 0
+    return len(ff.applied)
 
 
 def _show(report: FixReport, diff: bool) -> str:

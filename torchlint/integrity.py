@@ -202,6 +202,9 @@ _HEX64 = re.compile(r"[0-9a-f]{64}\Z")
 _CODE = re.compile(r"[A-Z]{1,8}[0-9]{1,6}\Z")
 _MAXINT = 1 << 62
 _SEVERITIES = ("error", "warning")
+_MODES = ("train", "eval")
+_FINDING_KEYS = frozenset(("code", "name", "message", "path", "span", "severity", "fix", "related", "dynamic",
+                           "cell", "fingerprint", "scope"))
 _APPLICABILITY = ("safe", "unsafe")
 _RESULT_LITE = ("path", "findings", "error", "internal_error", "answers", "module", "parsed")
 _EXPORTS = ("summaries", "classes", "called", "reexports", "stars")
@@ -209,7 +212,8 @@ _EXPORTS = ("summaries", "classes", "called", "reexports", "stars")
 _SUMMARY_TYPES = {"name": str, "qualname": str, "path": str, "line": int, "params": list, "free": list,
                   "exit_modes": dict, "trains_in_entry": list, "evals_in_entry": list, "backward": bool,
                   "backward_inherits_grad": bool, "step": bool, "clear": bool, "sched_step": bool,
-                  "returns": list, "forward": bool, "moves": bool, "trains_on": list, "evaluates_on": list}
+                  "returns": list, "forward": bool, "moves": bool, "trains_on": list, "evaluates_on": list,
+                  "grad": str}
 _CLASS_TYPES = {"is_module": bool, "bases": list, "methods": list, "mode_sensitive": bool, "forward": list}
 
 
@@ -259,9 +263,10 @@ def _fields(d, types: dict) -> bool:
         elif t is list:
             if not all(type(s) is str for s in v):
                 return False
-        elif t is dict:
-            if not json_value(v, 4):
-                return False
+        elif t is dict:  # exit_modes: {parameter: [mode, where it is set]}
+            for m in v.values():
+                if type(m) is not list or len(m) != 2 or m[0] not in _MODES or type(m[1]) is not str:
+                    return False
         elif t is int and not _nat(v):
             return False
     return True
@@ -273,7 +278,7 @@ def _pos(p) -> bool:
 
 
 def fix(d, notebook: bool) -> bool:
-    if type(d) is not dict or not set(d) <= {"cell", "applicability", "message", "edits"}:
+    if type(d) is not dict or d.keys() - {"cell"} != {"applicability", "message", "edits"}:
         return False
     if d.get("applicability") not in _APPLICABILITY or type(d.get("message")) is not str:
         return False
@@ -292,12 +297,9 @@ def fix(d, notebook: bool) -> bool:
 
 def finding(d, path: str) -> bool:
     """A finding as ``Finding.to_dict`` writes it, of the result for ``path`` (its shown path)."""
-    if type(d) is not dict:
+    if type(d) is not dict or d.keys() != _FINDING_KEYS:  # to_dict writes every field
         return False
-    try:
-        code, name, message, fpath, span = d["code"], d["name"], d["message"], d["path"], d["span"]
-    except KeyError:
-        return False
+    code, name, message, fpath, span = d["code"], d["name"], d["message"], d["path"], d["span"]
     if type(code) is not str or not _CODE.match(code) or type(name) is not str or type(message) is not str \
             or fpath != path or type(span) is not dict or len(span) != 2:
         return False
@@ -305,7 +307,7 @@ def finding(d, path: str) -> bool:
         p = span.get(k)
         if type(p) is not list or len(p) != 2 or not _nat(p[0]) or not _nat(p[1]):
             return False
-    if d.get("severity", "error") not in _SEVERITIES:
+    if d["severity"] not in _SEVERITIES:
         return False
     notebook = path.endswith(".ipynb")
     cell = d.get("cell")
@@ -314,20 +316,15 @@ def finding(d, path: str) -> bool:
     f = d.get("fix")
     if f is not None and not fix(f, notebook):
         return False
-    related = d.get("related", [])
+    related = d["related"]
     if type(related) is not list:
         return False
     for r in related:
         if type(r) is not dict or len(r) != 3 or type(r.get("path")) is not str \
                 or not _nat(r.get("line")) or type(r.get("message")) is not str:
             return False
-    dyn = d.get("dynamic")
-    if dyn is not None and not (type(dyn) is dict and json_value(dyn, 2)):
-        return False
-    if type(d.get("fingerprint", "")) is not str or type(d.get("scope", "")) is not str:
-        return False
-    return set(d) <= {"code", "name", "message", "path", "span", "severity", "fix", "related", "dynamic",
-                      "cell", "fingerprint", "scope"}
+    # the dynamic mode's verdicts are never a lint's: a cached finding has none
+    return d["dynamic"] is None and type(d["fingerprint"]) is str and type(d["scope"]) is str
 
 
 def exports(d) -> bool:

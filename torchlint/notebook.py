@@ -61,23 +61,34 @@ def load(path: str, data: Optional[bytes] = None) -> Notebook:
     lang = (doc.get("metadata", {}).get("language_info", {}) or {}).get("name", "python")
     if lang not in ("python", "", None):
         raise NotebookError(f"{path}: not a Python notebook (language {lang!r})")
-    parts, line_map, code_cells = [], [], []
-    n = 0
-    for idx, cell in enumerate(doc["cells"]):
-        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
-            continue
-        n += 1
-        code_cells.append(idx)
-        src = _cell_source(cell)
+    code_cells = [idx for idx, cell in enumerate(doc["cells"])
+                  if isinstance(cell, dict) and cell.get("cell_type") == "code"]
+    text, line_map = program([_cell_source(doc["cells"][i]) for i in code_cells])
+    nb = Notebook(path, doc, code_cells, text, line_map)
+    nb.raw_lines = _raw_line_index(data.decode("utf-8", "replace"), doc, code_cells)
+    return nb
+
+
+def program(sources) -> tuple:
+    """The program the code cells ``sources`` make (magics neutralised in place) and its
+    line map: global line (1-based) -> (code cell 1-based, line in cell 1-based)."""
+    parts, line_map = [], []
+    for n, src in enumerate(sources, 1):
         lines = src.split("\n")
         cell_magic = bool(lines) and lines[0].lstrip().startswith("%%")
         for j, ln in enumerate(lines, 1):
             parts.append(_neutralise(ln, cell_magic and j > 1) if not (cell_magic and j == 1) else "pass")
             line_map.append((n, j))
-    text = "\n".join(parts) + "\n"
-    nb = Notebook(path, doc, code_cells, text, line_map)
-    nb.raw_lines = _raw_line_index(data.decode("utf-8", "replace"), doc, code_cells)
-    return nb
+    return "\n".join(parts) + "\n", line_map
+
+
+def sources(nb: Notebook) -> tuple:
+    """The code cells' sources, in order."""
+    return tuple(_cell_source(nb.doc["cells"][i]) for i in nb.code_cells)
+
+
+def module_name(path: str) -> str:
+    return os.path.basename(path)[:-6].replace("-", "_")
 
 
 def _raw_line_index(raw: str, doc: dict, code_cells: list) -> dict:
@@ -112,19 +123,23 @@ def lint_notebook(path: str, opts, project, shown: str, data: Optional[bytes] = 
         nb = load(path, data)
     except NotebookError as exc:
         return FileResult(shown, error=str(exc))
-    res = lint_text(path, nb.text, opts, project, module_name=os.path.basename(path)[:-6].replace("-", "_"),
-                    shown=shown)
-    for f in res.findings:
+    res = lint_text(path, nb.text, opts, project, module_name=module_name(path), shown=shown)
+    to_cells(nb, res.findings)
+    return res
+
+
+def to_cells(nb: Notebook, findings) -> None:
+    """Give the findings of a lint of ``nb.text`` cell positions and cell-relative fixes."""
+    from .findings import Span
+
+    for f in findings:
         cell, line = to_cell(nb, f.line)
         end_cell, end_line = to_cell(nb, f.span.end.line)
-        from .findings import Span
-
         f.cell = cell
         f.span = Span.of(line, f.span.start.column, end_line if end_cell == cell else line,
                          f.span.end.column if end_cell == cell else f.span.start.column)
         if f.fix is not None:
             f.fix = _fix_to_cells(nb, f.fix)
-    return res
 
 
 def _fix_to_cells(nb: Notebook, fix):
@@ -150,6 +165,41 @@ def _fix_to_cells(nb: Notebook, fix):
         cell = c1
         edits.append(Edit(Position(l1, e.start.column), Position(l2, e.end.column), e.content))
     return Fix(fix.message, tuple(edits), fix.applicability, cell)
+
+
+def apply_to_cells(cells: tuple, fixes) -> tuple:
+    """Apply cell-relative fixes to the code cells' sources ``cells``: the new sources and the
+    indices of the fixes applied (those that do not overlap one applied before, per cell)."""
+    from .fixes import apply_fixes_detailed
+
+    by_cell: dict = {}
+    for i, fx in enumerate(fixes):
+        if fx is not None and fx.cell is not None and 1 <= fx.cell <= len(cells):
+            by_cell.setdefault(fx.cell, []).append((i, fx))
+    out, chosen = list(cells), []
+    for c, group in sorted(by_cell.items()):
+        src = cells[c - 1]
+        new, idx = apply_fixes_detailed(src + ("\n" if not src.endswith("\n") else ""), [fx for _, fx in group])
+        if not src.endswith("\n") and new.endswith("\n"):
+            new = new[:-1]
+        out[c - 1] = new
+        chosen.extend(group[j][0] for j in idx)
+    return tuple(out), sorted(chosen)
+
+
+def with_sources(nb: Notebook, data: bytes, cells: tuple) -> bytes:
+    """The notebook file ``data`` (of ``nb``) with its code cells' sources replaced by
+    ``cells`` (outputs, metadata and the other cells as they were)."""
+    for c, idx in enumerate(nb.code_cells):
+        cell = nb.doc["cells"][idx]
+        if _cell_source(cell) != cells[c]:
+            lines = cells[c].split("\n")
+            cell["source"] = [ln + "\n" for ln in lines[:-1]] + ([lines[-1]] if lines[-1] else [])
+    indent = 1
+    m = re.search(rb'\n( +)"', data)
+    if m:
+        indent = len(m.group(1))
+    return (json.dumps(nb.doc, indent=indent, ensure_ascii=False) + "\n").encode("utf-8")
 
 
 def apply_fixes(path: str, fixes) -> int:
