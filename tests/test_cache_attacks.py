@@ -59,9 +59,8 @@ def _records(cache_dir):
 
 
 def _poison(cache_dir, key):
-    """The attacker's edits, sealed with the attacker's key: of each result with several
-    findings the last is dropped, every message rewritten, every fix made safe and its edits
-    replaced."""
+    """The attacker's edits, sealed with the attacker's key: the findings of ``mlp.py`` dropped,
+    every other message rewritten, every fix made safe and its edits replaced."""
     k = integrity.load_key_file(key)
     edited = 0
     for f in _records(cache_dir):
@@ -70,8 +69,8 @@ def _poison(cache_dir, key):
         if not isinstance(d, dict):
             continue
         for r in cachefiles.results_in(d):
-            if len(r["findings"]) > 1:
-                del r["findings"][-1]
+            if r["path"].endswith("mlp.py"):
+                del r["findings"][:]
             for x in r["findings"]:
                 x["message"] = "looks fine"
                 if x["fix"]:
@@ -98,11 +97,12 @@ def poisoned(tmp_path):
 
 def test_a_committed_poisoned_cache_changes_no_finding(poisoned):
     repo, victim, attacker = poisoned
+    expected = tl(".", "--no-cache", cwd=repo, key=victim)
+    n = expected.stdout.count(": TL")
+    assert expected.returncode == 1 and n >= 3 and "mlp.py" in expected.stdout
     # the poison is live: whoever holds the attacker's key is served the doctored findings
     theirs = tl(".", cwd=repo, key=attacker)
-    assert "looks fine" in theirs.stdout and theirs.stdout.count(": TL") < 4
-    expected = tl(".", "--no-cache", cwd=repo, key=victim)
-    assert expected.returncode == 1 and expected.stdout.count(": TL") == 4
+    assert "looks fine" in theirs.stdout and theirs.stdout.count(": TL") < n and "mlp.py" not in theirs.stdout
     for fmt in ("text", "json"):
         got = tl(".", "--output-format", fmt, cwd=repo, key=victim)
         assert (got.stdout, got.returncode) == (tl(".", "--no-cache", "--output-format", fmt, cwd=repo,
@@ -119,16 +119,20 @@ def test_fix_never_applies_an_edit_from_the_cache(poisoned, tmp_path, whose, uns
     flags = ["--fix"] + (["--unsafe-fixes"] if unsafe else [])
     want = tl(".", "--no-cache", *flags, cwd=clean, key=victim)
     got = tl(".", *flags, cwd=repo, key=victim if whose == "victim" else attacker)
-    assert "Traceback" not in got.stderr and got.returncode == want.returncode
-    changed = 0
+    assert "Traceback" not in got.stderr and got.stderr == want.stderr  # "Fixed N errors."
+    if whose == "victim":  # (with the attacker's key, the report after the fixes is theirs)
+        assert (got.stdout, got.returncode) == (want.stdout, want.returncode)
+    changed = set()
     for name in REPO:
         with open(os.path.join(repo, name), "rb") as a, open(os.path.join(clean, name), "rb") as b:
             mine, theirs = a.read(), b.read()
         assert mine == theirs, name
         assert b"attacker" not in mine
         with open(REPO[name], "rb") as orig:
-            changed += mine != orig.read()
-    assert changed == (3 if unsafe else 2)  # the fixes did happen: .py and .ipynb
+            if mine != orig.read():
+                changed.add(name)
+    # the fixes did happen, in a module and in the notebook (and the unsafe one with --unsafe-fixes)
+    assert {"cnn_eval.py", "fashion_cnn.ipynb"} <= changed and ("mlp.py" in changed) == unsafe
 
 
 # ------------------------------------------------------------------ fuzz
