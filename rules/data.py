@@ -1,11 +1,13 @@
 """Data: training batches must be shuffled, predictions taken per sample."""
 from __future__ import annotations
 
+from typing import Optional
+
 import libcst as cst
 
 from torchlint.model import resources
 from torchlint.model.binder import dotted
-from torchlint.model.ir import AssignOp, LoopOp, all_ops, walk
+from torchlint.model.ir import AssignOp, CallOp, LoopOp, all_ops, walk
 from torchlint.rule import Report, Rule
 
 from . import register
@@ -188,4 +190,96 @@ def _fix_702(op):
         from torchlint.fixes import add_keyword
 
         return add_keyword(mm, op.node, "dim=1", "Take the argmax per sample: `dim=1`", "unsafe")
+    return make
+
+
+# ------------------------------------------------------------------ TL703
+# Normalisation layers whose second positional parameter is ``eps`` (not ``momentum``).
+_EPS_SECOND = {f"torch.nn.{n}" for n in (
+    "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm",
+    "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d")}
+_PLAUSIBLE_EPS = 1e-3
+
+
+def _number(e) -> Optional[float]:
+    """The value of a numeric literal (``0.8``, ``8e-1``), else ``None``."""
+    if isinstance(e, (cst.Float, cst.Integer)):
+        try:
+            return float(e.evaluated_value)
+        except (TypeError, ValueError):
+            return None
+    return None
+
+
+@register
+class BatchNormEpsPositional(Rule):
+    code = "TL703"
+    name = "batchnorm-eps-positional"
+    summary = "A normalisation layer gets a large second positional argument, which is `eps`, not `momentum`."
+    why = (
+        "The signature is `nn.BatchNorm2d(num_features, eps=1e-05, momentum=0.1, ...)`. "
+        "`nn.BatchNorm2d(128, 0.8)` — a line copied into many GAN implementations from Keras's "
+        "`BatchNormalization(momentum=0.8)` — sets `eps=0.8`: every activation is divided by "
+        "`sqrt(var + 0.8)` instead of `sqrt(var)`, so layers with small variance are barely "
+        "normalised, and the model trains and evaluates differently from what the author meant, "
+        "without an error."
+    )
+    example = """\
+import torch.nn as nn
+
+def up_block(in_ch, out_ch):
+    return nn.Sequential(
+        nn.ConvTranspose2d(in_ch, out_ch, 4, stride=2, padding=1),
+        nn.BatchNorm2d(out_ch, 0.8),
+        nn.LeakyReLU(0.2, inplace=True),
+    )
+"""
+    use_instead = """\
+import torch.nn as nn
+
+def up_block(in_ch, out_ch):
+    return nn.Sequential(
+        nn.ConvTranspose2d(in_ch, out_ch, 4, stride=2, padding=1),
+        nn.BatchNorm2d(out_ch, momentum=0.8),  # or 0.2: Keras's momentum is 1 - PyTorch's
+        nn.LeakyReLU(0.2, inplace=True),
+    )
+"""
+    known_problems = ("Only numeric literals are checked; a second positional argument of "
+                      f"{_PLAUSIBLE_EPS:g} or less is taken as a deliberate epsilon.")
+    fix_safety = "unsafe"
+    fix_doc = ("Passes the value as `momentum=` instead. Unsafe: the author's intent is unknown "
+               "(Keras's `momentum=0.8` corresponds to PyTorch's `momentum=0.2`); review the value.")
+    references = ("https://pytorch.org/docs/stable/generated/torch.nn.BatchNorm2d.html",)
+    triggers = (b"Norm",)
+
+    def check(self, mm):
+        for fn in mm.all_functions:
+            for op in all_ops(fn):
+                if not isinstance(op, CallOp) or op.qual not in _EPS_SECOND:
+                    continue
+                if any(a.star for a in op.args):
+                    continue
+                positional = [a for a in op.args if a.keyword is None]
+                if len(positional) < 2:
+                    continue
+                value = _number(positional[1].value)
+                if value is None or value <= _PLAUSIBLE_EPS:
+                    continue
+                layer = op.qual.rsplit(".", 1)[-1]
+                literal = positional[1].value.value
+                yield Report(
+                    positional[1].value,
+                    f"`{layer}(..., {literal})` sets `eps={literal}`, not `momentum`: the second "
+                    "positional argument is `eps`; pass `momentum=` (or `eps=`) by keyword",
+                    fix=(_momentum_keyword_fix(positional[1].value, literal)
+                         if len(positional) == 2 and op.keyword("momentum") is None else None),
+                )
+
+
+def _momentum_keyword_fix(node, literal):
+    def make(mm):
+        from torchlint.fixes import replace_node
+
+        return replace_node(mm, node, f"momentum={literal}",
+                            f"Pass `{literal}` as `momentum=` (review the value)", "unsafe")
     return make

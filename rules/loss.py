@@ -9,7 +9,7 @@ import libcst as cst
 from torchlint.model import catalog
 from torchlint.model.binder import dotted
 from torchlint.model.dataflow import loss_kind
-from torchlint.model.ir import LOSS, AssignOp, CallOp, all_ops
+from torchlint.model.ir import GRAD_OFF, LOSS, AssignOp, CallOp, all_ops
 from torchlint.rule import Report, Rule
 
 from . import register
@@ -272,3 +272,109 @@ for x, y in loader:
             yield Report(op.node, f"{_loss_name(op, kind)} receives class-index targets cast to float; "
                          "class indices must be `long` (float targets mean class probabilities)",
                          scope=fn.qualname)
+
+
+# ------------------------------------------------------------------ TL405
+_SOFTMAX = {"torch.softmax", "torch.nn.functional.softmax", "torch.special.softmax"}
+_SIGMOID = {"torch.sigmoid", "torch.nn.functional.sigmoid", "torch.special.expit"}
+
+
+def _log_of(op: CallOp):
+    """(the argument node, its facts) of ``torch.log(v)`` / ``v.log()``, else ``None``."""
+    if op.qual == "torch.log":
+        a, facts = _arg_facts(op, 0, "input")
+        return (a.value, facts) if a is not None else None
+    if op.qual is None and op.attr == "log" and not op.args and op.recv_node is not None:
+        return op.recv_node, op.recv_facts
+    return None
+
+
+def _stable_spelling(mm, value):
+    """``F.softmax(x, dim=1)`` -> ``torch.log_softmax(x, dim=1)``; ``x.sigmoid()`` -> ...;
+    ``None`` when the argument is not itself the activation call."""
+    from torchlint.fixes import torch_spelling
+
+    if not isinstance(value, cst.Call):
+        return None
+    d = dotted(value.func)
+    q = mm.qualify(d) if d else None
+    args = ", ".join(mm.code_for(a).rstrip(", ") for a in value.args)
+    if q in _SOFTMAX:
+        name = torch_spelling(mm, "torch.log_softmax")
+        return f"{name}({args})" if name else None
+    if q in _SIGMOID:
+        name = torch_spelling(mm, "torch.nn.functional.logsigmoid")
+        return f"{name}({args})" if name else None
+    if q is None and isinstance(value.func, cst.Attribute) and value.func.attr.value in ("softmax", "sigmoid"):
+        method = "log_softmax" if value.func.attr.value == "softmax" else None
+        if method:
+            return f"{mm.code_for(value.func.value)}.{method}({args})"
+    return None
+
+
+@register
+class LogOfSoftmax(Rule):
+    code = "TL405"
+    name = "log-of-softmax"
+    summary = "`log()` of softmax or sigmoid outputs: -inf/NaN once the logits saturate."
+    why = (
+        "`softmax` and `sigmoid` round to exactly 0 in floating point once a logit is far from "
+        "the others (about 17 apart in float16, 104 in float32). `torch.log` of that 0 is `-inf`, "
+        "and its gradient `inf` or NaN, which then spreads through the weights. "
+        "`log_softmax` and `logsigmoid` compute the same values with the log-sum-exp trick and "
+        "stay finite. Logs computed under `no_grad` (metrics, reports) are not reported."
+    )
+    example = """\
+logits = policy(states)
+probs = F.softmax(logits, dim=-1)
+log_probs = torch.log(probs)
+loss = -(log_probs.gather(1, actions) * advantages).mean()
+"""
+    use_instead = """\
+logits = policy(states)
+log_probs = F.log_softmax(logits, dim=-1)
+loss = -(log_probs.gather(1, actions) * advantages).mean()
+"""
+    known_problems = ("Arguments shifted by an epsilon or clamped (`torch.log(p + 1e-8)`, "
+                      "`p.clamp(min=eps).log()`) are trusted.")
+    fix_safety = "safe"
+    fix_doc = ("When the argument is the softmax/sigmoid call itself, replaces `log(softmax(x, d))` "
+               "by `torch.log_softmax(x, d)` and `log(sigmoid(x))` by `F.logsigmoid(x)`.")
+    references = ("https://pytorch.org/docs/stable/generated/torch.nn.functional.log_softmax.html",)
+    default = False  # preview until its precision on the real-world benchmark is measured
+    triggers = (b"log",)
+
+    def check(self, mm):
+        for fn in mm.all_functions:
+            for op in all_ops(fn):
+                if not isinstance(op, CallOp):
+                    continue
+                got = _log_of(op)
+                if got is None:
+                    continue
+                value, facts = got
+                if "logprobs" in facts or GRAD_OFF in (op.grad, fn.decorator_grad):
+                    continue
+                if "probs" in facts:
+                    stable = "log_softmax"
+                elif "sigmoid" in facts:
+                    stable = "logsigmoid"
+                else:
+                    continue
+                yield Report(
+                    op.node,
+                    f"`log()` of {'softmax' if stable == 'log_softmax' else 'sigmoid'} outputs"
+                    f"{_from(mm, fn, cst.Arg(value))} is -inf where they round to 0; use `{stable}`",
+                    fix=_stable_log_fix(op.node, value),
+                )
+
+
+def _stable_log_fix(node, value):
+    def make(mm):
+        from torchlint.fixes import replace_node
+
+        new = _stable_spelling(mm, value)
+        if new is None:
+            return None
+        return replace_node(mm, node, new, "Use the numerically stable log-activation", "safe")
+    return make

@@ -28,14 +28,16 @@ CODES = {
     "TL402": "sigmoid-before-bce-with-logits",
     "TL403": "nll-loss-without-log-softmax",
     "TL404": "cross-entropy-float-targets",
+    "TL405": "log-of-softmax",
     "TL501": "loss-accumulated-with-graph",
     "TL502": "output-stored-with-graph",
     "TL601": "tensor-not-moved-to-device",
     "TL602": "tensor-created-without-device",
     "TL701": "train-loader-without-shuffle",
     "TL702": "argmax-without-dim",
+    "TL703": "batchnorm-eps-positional",
     "TL801": "detect-anomaly-left-on",
 }
 
 # rules off by default (preview): selected only by their full code
-PREVIEW = frozenset({"TL201"})
+PREVIEW = frozenset({"TL201", "TL405"})
