@@ -12,11 +12,11 @@ from torchlint.engine import LintOptions, lint_text
 from torchlint.findings import Edit, Finding, Fix, Position, Span
 from torchlint.fixer import add_noqa, fix_text, noqa_text
 from torchlint.fixes import apply_fixes, apply_fixes_detailed
-from torchlint.selection import enabled_codes
+from torchlint.selection import enabled_codes, preview_codes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PAIRS = sorted(p for p in glob.glob(os.path.join(ROOT, "fixtures", "fixes", "*.py")) if not p.endswith(".fixed.py"))
-OPTS = LintOptions(frozenset(enabled_codes(["TL"], [], ["TL201"])))  # preview rules too
+OPTS = LintOptions(frozenset(enabled_codes(["TL"], [], sorted(preview_codes()))))  # preview rules too
 
 
 def _read(p):

@@ -17,6 +17,8 @@ CODES = {
     "TL103": "missing-zero-grad",
     "TL104": "backward-without-step",
     "TL105": "scheduler-before-optimizer-step",
+    "TL106": "clip-before-unscale",
+    "TL107": "step-bypasses-scaler",
     "TL201": "eval-without-eval-mode",
     "TL202": "train-after-eval",
     "TL203": "eval-without-no-grad",
