@@ -6,7 +6,7 @@ import re
 
 from torchlint.model import catalog
 from torchlint.model.ir import BACKWARD, GRAD_OFF, STEP, CallOp, all_ops, walk
-from torchlint.model.queries import is_kind, reaches_backward
+from torchlint.model.queries import is_kind, is_scalar_tensor, reaches_backward
 from torchlint.rule import Report, Rule
 
 from . import register
@@ -257,7 +257,7 @@ target = online(x2).detach()
                     yield Report(d.node, "`.grad.data` bypasses autograd; use `.grad` directly "
                                  "(under `torch.no_grad()` to modify it)", scope=fn.qualname)
                     continue
-                if d.index0 is not None and not d.write and f & {"loss", "scalar"}:
+                if d.index0 is not None and not d.write and is_scalar_tensor(mm, fn, d.node.value, f):
                     # `loss.data[0]`: a 0-dim tensor has no element 0 since PyTorch 0.4
                     yield Report(d.index0, f"`{_base_code(mm, d)}.data[0]` indexes a 0-dim tensor "
                                  "(IndexError since PyTorch 0.4); use "

@@ -5,8 +5,8 @@ from torchlint.findings import Related
 from torchlint.model.flow import CHOSEN, ENTRY, norm_path
 from torchlint.model.ir import BACKWARD, CALL, FORWARD, GRAD_OFF, GRAD_ON, GRAD_UNKNOWN, STEP, LoopOp, CallOp, all_ops, walk
 from torchlint.model.queries import (
-    analysable_functions, is_kind, iteration, local_function, steps_or_updates, trains, uses_autograd,
-    within,
+    analysable_functions, is_kind, iteration, local_function, reaches_backward, steps_or_updates, trains,
+    uses_autograd, within,
 )
 from torchlint.model.roles import is_eval_name
 from torchlint.rule import Report, Rule
@@ -257,6 +257,8 @@ for epoch in range(epochs):
                     t = norm_path(op.target)
                     if mm.resolver.frozen(fn, t):
                         continue  # a frozen feature extractor is meant to stay in eval mode
+                    if not reaches_backward(mm, fn, op, op.node):
+                        continue  # not a training forward: an evaluation inside the training loop
                     modes = flow.at.get(id(op), frozenset())
                     ev = _sorted(mm, [o for m, o in modes if m == "eval" and not _chosen(o)])
                     if ev and t not in seen and mm.resolver.mode_sensitive(fn, t):

@@ -2,6 +2,7 @@
 import glob
 import os
 import stat
+import textwrap
 
 import libcst as cst
 import pytest
@@ -268,3 +269,55 @@ def test_every_offered_fix_removes_its_finding(path):
         cst.parse_module(new)
         after = _ids(_lint(path, new))
         assert (f.code, f.fingerprint) not in after, f"{f.code}:{f.line}: {f.fix.message} leaves the finding"
+
+
+# ------------------------------------------------------------------ fixes valid for what they touch
+def test_unsafe_fixes_never_call_eval_on_callables_or_pipelines(tmp_path):
+    """A lambda or a diffusers pipeline is not a module: no finding about it, so no
+    ``model_fn.eval()`` / ``pipeline.eval()`` (AttributeError) is ever inserted."""
+    src = textwrap.dedent('''\
+        import torch
+        import torch.nn as nn
+        from diffusers import StableDiffusionPipeline
+
+
+        def evaluate(model_fn, loader):
+            correct = 0
+            with torch.no_grad():
+                for x, y in loader:
+                    correct += (model_fn(x).argmax(dim=1) == y).sum().item()
+            return correct
+
+
+        def evaluate_ensemble(models, loader):
+            model_fn = lambda x: sum(m(x).softmax(dim=1) for m in models)
+            correct = 0
+            with torch.no_grad():
+                for x, y in loader:
+                    correct += (model_fn(x).argmax(dim=1) == y).sum().item()
+            return correct
+
+
+        def sample_images(prompts, steps=30):
+            pipeline = StableDiffusionPipeline.from_pretrained("runwayml/stable-diffusion-v1-5")
+            images = []
+            with torch.no_grad():
+                for prompt in prompts:
+                    images.append(pipeline(prompt, num_inference_steps=steps).images[0])
+            return images
+
+
+        def train(model, loader, optimizer, epochs):
+            for epoch in range(epochs):
+                model.train()
+                for x, y in loader:
+                    optimizer.zero_grad()
+                    nn.functional.cross_entropy(model(x), y).backward()
+                    optimizer.step()
+                print(evaluate_ensemble([model], loader))
+    ''')
+    p = tmp_path / "train.py"
+    p.write_text(src)
+    res = fix_text(str(p), src, OPTS, unsafe=True)
+    cst.parse_module(res.fixed)
+    assert "model_fn.eval()" not in res.fixed and "pipeline.eval()" not in res.fixed

@@ -693,3 +693,53 @@ def test_modules_of_another_framework_have_no_training_events():
     # the same code in a module that also imports torch (a conversion script) is analysed
     mixed = build(src.replace("import mxnet as mx", "import mxnet as mx\n        import torch"))
     assert ("net", FORWARD, "net") in events(fn_named(mixed, "train"))
+
+
+def test_grad_contexts_of_user_decorators_and_exit_stacks():
+    mm = build("""
+        import contextlib
+        import functools
+        import torch
+
+        no_grad = torch.no_grad()
+
+        def inference(func):
+            @functools.wraps(func)
+            def wrapper(*args, **kwargs):
+                with torch.inference_mode():
+                    return func(*args, **kwargs)
+            return wrapper
+
+        def timed(func):
+            def wrapper(*args, **kwargs):
+                return func(*args, **kwargs)
+            return wrapper
+
+        @inference
+        def evaluate(model, x):
+            return model(x)
+
+        @no_grad
+        def predict(model, x):
+            return model(x)
+
+        @timed
+        def run(model, x):
+            return model(x)
+
+        def stacked(model, x, amp):
+            with contextlib.ExitStack() as stack:
+                stack.enter_context(torch.no_grad())
+                a = model(x)
+            b = model(x)
+            with contextlib.ExitStack() as stack:
+                if amp:
+                    stack.enter_context(torch.no_grad())
+                c = model(x)
+            return a, b, c
+    """)
+    fwd = lambda name: [op.grad for op in calls_of(fn_named(mm, name)) if op.kind == FORWARD]
+    assert fwd("evaluate") == [GRAD_OFF] and fn_named(mm, "evaluate").decorator_grad == GRAD_OFF
+    assert fwd("predict") == [GRAD_OFF]
+    assert fwd("run") == [None]
+    assert fwd("stacked") == [GRAD_OFF, None, "?"]

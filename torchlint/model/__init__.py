@@ -19,7 +19,7 @@ from .binder import Binder, ClassModel, FunctionModel, ImportTable, dotted
 from .dataflow import Dataflow
 from .flow import ENTRY, ModeFlow, summarize
 from .ir import (
-    BACKWARD, CALL, CLEAR, FORWARD, GRAD_OFF, LOSS, MODE, STEP, AssignOp, BranchOp, CallOp,
+    BACKWARD, CALL, CLEAR, FORWARD, GRAD_OFF, GRAD_ON, LOSS, MODE, STEP, AssignOp, BranchOp, CallOp,
     LoopOp, ReturnOp, all_ops, walk,
 )
 from .roles import RoleResolver, classify, is_eval_name
@@ -70,6 +70,53 @@ def _is_torch_code(imports) -> bool:
     return not (tops & catalog.OTHER_FRAMEWORKS)
 
 
+def _decorator_grad(mm, name: str, depth: int = 0):
+    """The grad mode a decorator of this module applies to the function it wraps:
+    ``no_grad = torch.no_grad()`` used as ``@no_grad``; ``def deco(fn)`` whose wrapper calls
+    ``fn`` inside ``with torch.no_grad():`` (or under its own ``@torch.no_grad()``); a
+    ``return torch.inference_mode()(fn)``.  ``None`` when it applies none or is unknown."""
+    from .ir import CallOp, ReturnOp
+
+    if depth > 3:
+        return None
+    d = mm.functions.get(name)
+    if d is None:
+        for op in mm.module_function.body:
+            if isinstance(op, AssignOp) and op.aug is None and isinstance(op.value, cst.Call) and \
+                    any(dotted(t) == name for t in op.targets):
+                q = mm.qualify(dotted(op.value.func) or "")
+                if q in catalog.GRAD_OFF_CONTEXTS:
+                    return GRAD_OFF
+                if q in catalog.GRAD_ON_CONTEXTS:
+                    return GRAD_ON
+        return None
+    params = [p for p in d.params if not p.startswith("*")]
+    if not params:
+        return None
+    wrapped = params[0]
+    for op in walk(d.body):
+        if isinstance(op, ReturnOp) and isinstance(op.value, cst.Call) and isinstance(op.value.func, cst.Call):
+            q = mm.qualify(dotted(op.value.func.func) or "")
+            if q in catalog.GRAD_OFF_CONTEXTS:
+                return GRAD_OFF
+    for inner in d.nested:
+        for op in walk(inner.body):
+            if isinstance(op, CallOp) and op.func == wrapped and op.grad in (GRAD_OFF, GRAD_ON):
+                return op.grad
+    return None
+
+
+def _apply_decorator_grad(mm, fn) -> None:
+    for dq in fn.decorators:
+        g = _decorator_grad(mm, dq)
+        if g is not None:
+            fn.decorator_grad = g
+            for op in walk(fn.body):
+                if op.grad is None:
+                    op.grad = g
+            return
+
+
 class ModuleModel:
     def __init__(self, path: str, display_path: str, text: str, module: cst.Module,
                  module_name: str = "", is_package: bool = False,
@@ -111,6 +158,9 @@ class ModuleModel:
         self.external_queries: set[str] = set()  # qualnames of other modules' functions asked for
         self._lines = None
         self._def_index = None
+        for fn in self.all_functions:
+            if fn.decorator_grad is None and fn.decorators:
+                _apply_decorator_grad(self, fn)
         for fn in self.all_functions:
             classify(self, fn, self.resolver)
         self._callers_index = None  # built on first use, now that every call is classified

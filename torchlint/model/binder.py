@@ -184,6 +184,7 @@ class Binder:
         self._grad: Optional[str] = None
         self._loop: Optional[LoopOp] = None
         self._guards: tuple = ()
+        self._ctx_depth = 0  # guard depth of the innermost ``with`` (or function) around
         self._out: list = self.module_function.body
 
     # ------------------------------------------------------------------ driving
@@ -255,6 +256,14 @@ class Binder:
         tp = type(s)
         if tp is cst.Expr:
             self._expr(s.value)
+            v = s.value
+            if type(v) is cst.Call and type(v.func) is cst.Attribute and v.func.attr.value == "enter_context" \
+                    and v.args:
+                # ``stack.enter_context(torch.no_grad())``: the rest of the ``with ExitStack()``
+                # block (or of the function) runs in that grad mode; entered in a branch, maybe
+                g = self._grad_of_context(v.args[0].value)
+                if g is not None:
+                    self._grad = g if len(self._guards) <= self._ctx_depth else GRAD_UNKNOWN
         elif tp is cst.Assign:
             self._expr(s.value)
             targets = tuple(t.target for t in s.targets)
@@ -356,14 +365,17 @@ class Binder:
             outer.nested.append(fn)
             self._emit(DefOp(node, None, function=fn))
         # bind the body in a fresh context
-        saved = (self._fn, self._grad, self._loop, self._guards, self._out, self._fn_is_class_body)
+        saved = (self._fn, self._grad, self._loop, self._guards, self._out, self._fn_is_class_body,
+                 self._ctx_depth)
         self._fn, self._grad, self._loop, self._guards = fn, fn.decorator_grad, None, ()
+        self._ctx_depth = 0
         self._out = fn.body
         self._fn_is_class_body = False
         try:
             self._suite(node.body)
         finally:
-            (self._fn, self._grad, self._loop, self._guards, self._out, self._fn_is_class_body) = saved
+            (self._fn, self._grad, self._loop, self._guards, self._out, self._fn_is_class_body,
+             self._ctx_depth) = saved
 
     _fn_is_class_body = False
 
@@ -442,6 +454,13 @@ class Binder:
         self._loop_common(loop, node.body, node.orelse)
 
     def _with(self, node: cst.With) -> None:
+        saved_depth, self._ctx_depth = self._ctx_depth, len(self._guards)
+        try:
+            self._with_items(node)
+        finally:
+            self._ctx_depth = saved_depth
+
+    def _with_items(self, node: cst.With) -> None:
         new_grad = self._grad
         for item in node.items:
             self._expr(item.item)

@@ -322,9 +322,9 @@ def _assigned_names(op) -> set:
 
 def reaches_backward(mm, fn, op, node) -> bool:
     """The value of ``node`` (an expression inside ``op``) reaches what ``fn`` differentiates:
-    a loss function's arguments, the receiver of a ``backward()``, the outputs of
-    ``torch.autograd.grad``, through the assignments of ``fn`` (augmented ones included),
-    across loop iterations.  A value read only for logging (``running += loss.data``,
+    the receiver or arguments of a ``backward()``, the outputs of ``torch.autograd.grad``, a
+    helper that runs backward, through the assignments of ``fn`` (augmented ones included),
+    across loop iterations.  A loss computed only to be printed does not.  A value read only for logging (``running += loss.data``,
     ``pred = out.data.argmax(1)``) does not."""
     ops = all_ops(fn)
     tainted = set()
@@ -332,7 +332,9 @@ def reaches_backward(mm, fn, op, node) -> bool:
     for o in ops:
         if o.stmt is not stmt or not isinstance(o, (AssignOp, CallOp)):
             continue
-        if isinstance(o, CallOp) and o.kind in (LOSS, BACKWARD, AUTOGRAD_GRAD) and _contains(o.node, node):
+        if isinstance(o, CallOp) and o.node is not node and _contains(o.node, node) and (
+                o.kind in (BACKWARD, AUTOGRAD_GRAD)
+                or (o.kind == CALL and (mm.summary_of(o.info) or {}).get("backward"))):
             return True
         if isinstance(o, AssignOp) and o.value is not None and _contains(o.value, node):
             tainted |= _assigned_names(o)
@@ -342,11 +344,49 @@ def reaches_backward(mm, fn, op, node) -> bool:
         for o in ops:
             if isinstance(o, AssignOp) and o.value is not None and names_in(o.value) & tainted:
                 tainted |= _assigned_names(o)
-            elif isinstance(o, CallOp) and o.kind in (LOSS, AUTOGRAD_GRAD) and any(
+            elif isinstance(o, CallOp) and o.kind == AUTOGRAD_GRAD and any(
                     names_in(a.value) & tainted for a in o.args):
                 return True
+            elif isinstance(o, CallOp) and o.kind == CALL and any(names_in(a.value) & tainted for a in o.args) \
+                    and (mm.summary_of(o.info) or {}).get("backward"):
+                return True  # handed to a helper that runs backward (a train_step)
             elif isinstance(o, CallOp) and o.kind == BACKWARD and (
                     (o.recv_node is not None and names_in(o.recv_node) & tainted)
                     or any(names_in(a.value) & tainted for a in o.args)):
                 return True  # loss.backward(), accelerator.backward(loss), autograd.backward([...])
     return False
+
+
+def is_scalar_tensor(mm, fn, expr, facts, depth: int = 0) -> bool:
+    """Evidence that ``expr`` is a 0-dim tensor: a loss or a Python-number fact, a reduction
+    without ``dim`` (``x.mean()``, ``x.sum()``), an element-wise op of a scalar
+    (``loss.exp()``), a name ``fn`` calls ``backward()`` on without a gradient argument (only a
+    scalar can do that), or a name bound to what a helper returns after calling ``backward()``
+    on it (``loss = compute_td_loss(...)``)."""
+    if facts & {"loss", "scalar"}:
+        return True
+    if depth > 4:
+        return False
+    if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and not expr.args:
+        m = expr.func.attr.value
+        if m in ("mean", "sum", "norm", "prod", "max", "min", "item"):
+            return True
+        if m in ("exp", "log", "sqrt", "abs", "neg", "float", "double", "cpu", "cuda", "detach", "clone"):
+            return is_scalar_tensor(mm, fn, expr.func.value, frozenset(), depth + 1)
+        return False
+    d = dotted(expr) if isinstance(expr, (cst.Name, cst.Attribute)) else None
+    if not d:
+        return False
+    for op in all_ops(fn):
+        if isinstance(op, CallOp) and op.kind == BACKWARD and op.recv == d and not op.args:
+            return True
+    df = mm.resolver.definition(fn, d)
+    if df is None:
+        return False
+    owner, value = df
+    if isinstance(value, cst.Call):
+        for op in all_ops(owner):
+            if isinstance(op, CallOp) and op.node is value and op.kind == CALL:
+                s = mm.summary_of(op.info)
+                return bool(s and s.get("backward") and "graph" in s.get("returns", ()))
+    return value is not expr and is_scalar_tensor(mm, owner, value, frozenset(), depth + 1)
