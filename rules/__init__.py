@@ -12,7 +12,7 @@ def register(cls):
 
 from . import loop_order, mode  # noqa: E402,F401
 
-for _name in ("amp", "autograd", "loss", "memory", "device", "data", "debug"):
+for _name in ("amp", "autograd", "loss", "memory", "device", "data", "debug", "state"):
     try:
         __import__(f"{__name__}.{_name}")
     except ModuleNotFoundError as exc:  # a family not written yet

@@ -23,6 +23,7 @@ CODES = {
     "TL202": "train-after-eval",
     "TL203": "eval-without-no-grad",
     "TL204": "backward-under-no-grad",
+    "TL206": "state-dict-snapshot-alias",
     "TL301": "inplace-on-saved-tensor",
     "TL302": "data-attribute",
     "TL303": "forward-called-directly",

@@ -1,0 +1,154 @@
+"""Model and optimizer state kept in memory: snapshots must copy the tensors they hold."""
+from __future__ import annotations
+
+from typing import Optional
+
+import libcst as cst
+
+from torchlint.model import catalog
+from torchlint.model.binder import dotted
+from torchlint.model.ir import STEP, AssignOp, CallOp, LoopOp, all_ops
+from torchlint.model.queries import is_kind, iteration
+from torchlint.rule import Report, Rule
+
+from . import register
+
+_STATEFUL = (catalog.MODEL, catalog.OPTIMIZER)
+
+
+def _live_state_dict(mm, fn, value) -> Optional[str]:
+    """``model.state_dict()`` / ``model.state_dict().copy()`` -> ``"model"`` (the receiver, a model
+    or optimizer): a dict whose tensors are the live parameters and buffers."""
+    if not isinstance(value, cst.Call) or any(a for a in value.args):
+        return None
+    func = value.func
+    if not isinstance(func, cst.Attribute):
+        return None
+    if func.attr.value == "copy" and isinstance(func.value, cst.Call):  # a shallow copy aliases too
+        return _live_state_dict(mm, fn, func.value)
+    if func.attr.value != "state_dict":
+        return None
+    owner = dotted(func.value)
+    if not owner or mm.resolver.of_path(fn, owner)[0] not in _STATEFUL:
+        return None
+    return owner
+
+
+def _trains(mm, fn, ops) -> Optional[CallOp]:
+    """The first op of ``ops`` that steps an optimizer (directly or through a helper)."""
+    return next((o for o in ops if is_kind(mm, o, STEP)), None)
+
+
+def _outer_loops(op):
+    loop, out = op.loop, []
+    while loop is not None:
+        out.append(loop)
+        loop = loop.parent
+    return out
+
+
+@register
+class StateDictSnapshotAlias(Rule):
+    code = "TL206"
+    name = "state-dict-snapshot-alias"
+    summary = "A `state_dict()` kept as the \"best\" weights is restored later: it holds the live tensors, so it restores nothing."
+    why = (
+        "`model.state_dict()` returns references to the model's own parameter and buffer tensors, "
+        "not copies (`.copy()` copies only the dict). The optimizer updates those tensors in place, "
+        "so a snapshot taken at the best epoch changes with every later step, and "
+        "`model.load_state_dict(best)` at the end restores the *last* weights: early stopping and "
+        "best-checkpoint selection silently do nothing."
+    )
+    example = """\
+best_acc, best_state = 0.0, None
+for epoch in range(epochs):
+    train_one_epoch(model, train_loader, optimizer)
+    acc = evaluate(model, val_loader)
+    if acc > best_acc:
+        best_acc, best_state = acc, model.state_dict()
+model.load_state_dict(best_state)
+"""
+    use_instead = """\
+best_acc, best_state = 0.0, None
+for epoch in range(epochs):
+    train_one_epoch(model, train_loader, optimizer)
+    acc = evaluate(model, val_loader)
+    if acc > best_acc:
+        best_acc, best_state = acc, copy.deepcopy(model.state_dict())
+model.load_state_dict(best_state)
+"""
+    known_problems = ("Only snapshots restored in the same function are followed; snapshots saved "
+                      "with `torch.save` are copies on disk and are fine.")
+    fix_safety = "unsafe"
+    fix_doc = "Wraps the snapshot in `copy.deepcopy(...)` (adds `import copy` when missing). Unsafe: it costs a copy of the weights in memory."
+    references = ("https://pytorch.org/tutorials/beginner/saving_loading_models.html",)
+    triggers = (b"load_state_dict",)
+
+    def check(self, mm):
+        for fn in mm.all_functions:
+            ops = all_ops(fn)
+            for i, op in enumerate(ops):
+                if not isinstance(op, AssignOp) or op.aug is not None or op.value is None:
+                    continue
+                snapshots = self._snapshots(mm, fn, op)
+                for path, value in snapshots:
+                    load = next((o for o in ops[i + 1:] if isinstance(o, CallOp) and o.attr == "load_state_dict"
+                                 and o.arg(0, "state_dict") is not None
+                                 and dotted(o.arg(0, "state_dict").value) == path), None)
+                    if load is None:
+                        continue
+                    step = self._training_after(mm, fn, ops, op, load)
+                    if step is None:
+                        continue
+                    owner = _live_state_dict(mm, fn, value)
+                    yield Report(value, f"`{path}` holds `{owner}`'s live tensors, not a copy: the training "
+                                 f"step at line {mm.line_of(step.node)} changes it, so `load_state_dict({path})` "
+                                 f"at line {mm.line_of(load.node)} restores the latest weights; use "
+                                 f"`copy.deepcopy({owner}.state_dict())`",
+                                 fix=_deepcopy_fix(value), scope=fn.qualname)
+
+    @staticmethod
+    def _snapshots(mm, fn, op: AssignOp):
+        """[(target path, the state_dict() call)] bound by an assignment (tuple targets included)."""
+        out = []
+        for t in op.targets:
+            if dotted(t) and _live_state_dict(mm, fn, op.value):
+                out.append((dotted(t), op.value))
+            elif isinstance(t, (cst.Tuple, cst.List)) and isinstance(op.value, (cst.Tuple, cst.List)) \
+                    and len(t.elements) == len(op.value.elements):
+                for te, ve in zip(t.elements, op.value.elements):
+                    if dotted(te.value) and _live_state_dict(mm, fn, ve.value):
+                        out.append((dotted(te.value), ve.value))
+        return out
+
+    @staticmethod
+    def _training_after(mm, fn, ops, snap, load) -> Optional[CallOp]:
+        """A step that can run after the snapshot and before the restore: later in a loop around
+        the snapshot that the restore is outside of, or between the two in program order."""
+        load_loops = set(map(id, _outer_loops(load)))
+        for loop in _outer_loops(snap):
+            if id(loop) in load_loops:
+                continue
+            step = _trains(mm, fn, iteration(mm, fn, loop.body))
+            if step is not None:
+                return step
+        i, j = ops.index(snap), ops.index(load)
+        return _trains(mm, fn, [o for o in ops[i + 1:j] if not isinstance(o, LoopOp)])
+
+
+def _deepcopy_fix(value):
+    def make(mm):
+        from torchlint.fixes import Edit, Fix, Position, replace_node
+
+        names = getattr(getattr(mm, "imports", None), "names", {}) or {}
+        fix = replace_node(mm, value, f"copy.deepcopy({mm.code_for(value)})",
+                           "Snapshot a deep copy of the state", "unsafe")
+        if names.get("copy") == "copy":
+            return fix
+        # `import copy` above the module's first import (after a docstring and __future__ imports)
+        for n, line in enumerate(mm.text.splitlines(), 1):
+            if line.startswith("import ") or (line.startswith("from ") and not line.startswith("from __future__")):
+                return Fix(fix.message, (Edit(Position(n, 0), Position(n, 0), "import copy\n"),) + tuple(fix.edits),
+                           "unsafe")
+        return None
+    return make
