@@ -101,3 +101,20 @@ def test_the_limit_is_documented():
     assert str(MAX_DEPTH) in doc and "TL003" in doc
     with open(os.path.join(here, "README.md"), encoding="utf-8") as fh:
         assert "docs/limits.md" in fh.read()
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this platform")
+def test_a_fifo_named_like_a_module_is_not_discovered(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "train.py").write_text(BUGGY)
+    os.mkfifo(tmp_path / "pkg" / "x.py")  # reading it would block forever: nobody writes
+    os.symlink("x.py", tmp_path / "pkg" / "y.py")
+    r = tl("--no-cache", "-j1", ".", cwd=tmp_path, timeout=60)
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    assert "train.py:11:13: TL103 " in r.stdout
+    assert "x.py" not in r.stdout + r.stderr and "y.py" not in r.stdout + r.stderr
+    # named on the command line, it is an error, not a hang
+    r = tl("--no-cache", "pkg/x.py", "pkg/train.py", cwd=tmp_path, timeout=60)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert "pkg/x.py: not a file or directory" in r.stderr
+    assert "train.py:11:13: TL103 " in r.stdout

@@ -188,7 +188,12 @@ def _walk(d, exclude, ignores, prefix, respect_gitignore, follow_symlinks, insid
             _walk(path, exclude, ignores, prefix + e.name + "/", respect_gitignore, follow_symlinks,
                   inside_roots, visited, add, out, target)
         elif e.name.endswith(EXTENSIONS):
-            add(path, target)
+            try:  # regular files only: reading a FIFO named x.py would block the run forever
+                regular = e.is_file(follow_symlinks=True)
+            except OSError:
+                continue
+            if regular:
+                add(path, target)
 
 
 def module_name_for(path: str) -> tuple[str, bool]:
