@@ -118,3 +118,61 @@ def test_a_fifo_named_like_a_module_is_not_discovered(tmp_path):
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert "pkg/x.py: not a file or directory" in r.stderr
     assert "train.py:11:13: TL103 " in r.stdout
+
+
+def _children(pid: int) -> set:
+    out = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", encoding="utf-8", errors="replace") as fh:
+                    fields = fh.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid and fields[0] != "Z":
+                out.add(int(entry))
+    return out
+
+
+def _alive(pids) -> set:
+    alive = set()
+    for p in pids:
+        try:
+            with open(f"/proc/{p}/stat", encoding="utf-8", errors="replace") as fh:
+                if fh.read().rsplit(")", 1)[1].split()[0] != "Z":
+                    alive.add(p)
+        except OSError:
+            pass
+    return alive
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGKILL"])
+def test_a_killed_run_leaves_no_worker_behind(tmp_path, sig):
+    import signal
+
+    # enough work that both workers are busy when the run is killed
+    body = BUGGY.replace("def train(", "def train_{i}(").replace("def main(", "def main_{i}(")
+    for k in range(40):
+        (tmp_path / f"mod{k}.py").write_text("\n".join(body.replace("{i}", str(i)) for i in range(30)))
+    proc = subprocess.Popen([sys.executable, "-m", "torchlint", "--no-cache", "-j", "2", "."], cwd=tmp_path,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        workers: set = set()
+        while len(workers) < 2 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.1)
+            workers = _children(proc.pid)
+        assert len(workers) == 2 and proc.poll() is None, "the run ended before its workers were seen"
+        time.sleep(0.5)
+        proc.send_signal(getattr(signal, sig))
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 5
+        while _alive(workers) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _alive(workers) == set()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for p in _alive(_children(proc.pid)):
+            os.kill(p, signal.SIGKILL)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from typing import Optional
 
 _IMPORT_RE = re.compile(
@@ -416,7 +417,31 @@ class ProjectReplica:
                 p.called_under_no_grad.discard(q)
 
 
-def _worker_main(conn, project) -> None:
+def _die_with_parent(parent_pid: int, inherited) -> None:
+    """A forked worker must not outlive the run that started it (a killed ``torchlint``,
+    SIGKILL included). It closes the pipe ends it inherited from the pool (its own pipe's
+    other end among them: while it held that, it never saw end-of-file when the pool died) and,
+    on Linux, asks the kernel for SIGKILL when its parent dies; the thread reading the pipe
+    exits the process at end-of-file, on other systems or if the parent was already gone."""
+    for c in inherited:
+        try:
+            c.close()
+        except OSError:
+            pass
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+            import signal
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent_pid:  # the parent died before the request
+        os._exit(1)
+
+
+def _worker_main(conn, project, parent_pid=None, inherited=()) -> None:
     """A worker: lint the files it is sent against its replica of the project. A thread
     reads what the pool sends while the worker lints: the pool sends a busy worker its next
     file, and neither side may block on a full pipe while the other does.
@@ -433,14 +458,16 @@ def _worker_main(conn, project) -> None:
 
     from .engine import _GC_THRESHOLD, _answers, _worker
 
+    if parent_pid is not None:
+        _die_with_parent(parent_pid, inherited)
     inbox: queue.SimpleQueue = queue.SimpleQueue()
 
     def read() -> None:
         while True:
             try:
                 msg = conn.recv()
-            except (EOFError, OSError):
-                msg = None
+            except (EOFError, OSError):  # the pool is gone: nobody will read what this worker lints
+                os._exit(1)
             inbox.put(msg)
             if msg is None:
                 return
@@ -567,7 +594,10 @@ class OrderedPool:
 
     def _start(self):
         parent, child = self.ctx.Pipe()
-        p = self.ctx.Process(target=_worker_main, args=(child, self.base), daemon=True)
+        args = (child, self.base)
+        if self.ctx.get_start_method() == "fork":  # the child has copies of the pool's pipe ends: it closes them
+            args += (os.getpid(), [parent] + [w["conn"] for w in self.workers])
+        p = self.ctx.Process(target=_worker_main, args=args, daemon=True)
         p.start()
         child.close()
         self.workers.append({"proc": p, "conn": parent, "synced": 0, "tasks": []})
