@@ -176,3 +176,68 @@ def test_a_killed_run_leaves_no_worker_behind(tmp_path, sig):
             proc.kill()
         for p in _alive(_children(proc.pid)):
             os.kill(p, signal.SIGKILL)
+
+
+@pytest.fixture
+def undecodable(tmp_path):
+    """A tree with a file whose name is not UTF-8 (``caf\\xe9.py``, Latin-1), next to an ordinary one."""
+    name = os.fsdecode(b"caf\xe9.py")
+    try:
+        (tmp_path / name).write_text(BUGGY)
+    except (OSError, UnicodeError):
+        pytest.skip("this filesystem refuses names that are not UTF-8")
+    if os.fsencode(name) not in os.listdir(os.fsencode(tmp_path)):
+        pytest.skip("this filesystem re-encodes names")
+    (tmp_path / "ok.py").write_text(BUGGY)
+    return tmp_path
+
+
+def _run_bytes(args, cwd):
+    return subprocess.run([sys.executable, "-m", "torchlint", *args], cwd=cwd, capture_output=True, timeout=120)
+
+
+@pytest.mark.parametrize("fmt", ["text", "concise", "json", "json-lines", "github", "sarif", "lsp"])
+def test_an_undecodable_file_name_never_breaks_an_output_format(undecodable, fmt):
+    import json
+
+    # json: cold, then a cache write and a cache read (the cache key hashed the name's text)
+    for cache in (["--no-cache"], [], []) if fmt == "json" else (["--no-cache"],):
+        r = _run_bytes(["-j1", "--output-format", fmt, *cache, "."], undecodable)
+        assert r.returncode == 1, (r.stdout, r.stderr)
+        out = r.stdout.decode("utf-8")  # valid UTF-8, whatever the name
+        r.stderr.decode("utf-8")
+        if fmt in ("json", "sarif", "lsp"):
+            doc = json.loads(out)
+        elif fmt == "json-lines":
+            doc = [json.loads(line) for line in out.splitlines()]
+        if fmt in ("json", "json-lines"):
+            names = sorted(os.path.basename(d["filename"]) for d in doc)
+            assert names == ["caf\\xe9.py", "ok.py"]  # the byte, escaped
+        elif fmt == "sarif":
+            uris = [res["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] for res in doc["runs"][0]["results"]]
+            assert len(uris) == 2 and "ok.py" in uris
+        elif fmt == "lsp":
+            assert len(doc) == 2
+        else:
+            assert "caf\\xe9.py:" in out or "file=caf\\xe9.py," in out
+            assert "ok.py" in out
+
+
+def test_an_undecodable_file_name_in_an_output_file(undecodable):
+    import json
+
+    r = _run_bytes(["--no-cache", "--output-format", "sarif", "-o", "out.sarif", "."], undecodable)
+    assert r.returncode == 1, r.stderr
+    with open(undecodable / "out.sarif", encoding="utf-8") as fh:
+        assert len(json.load(fh)["runs"][0]["results"]) == 2
+    assert sorted(n for n in os.listdir(undecodable) if n.startswith(".torchlint-")) == []
+
+
+def test_an_undecodable_file_name_round_trips_through_a_file_uri(undecodable):
+    pytest.importorskip("pygls")
+    from pathlib import Path
+
+    from torchlint.lsp import uri_to_path
+
+    path = str(undecodable / os.fsdecode(b"caf\xe9.py"))
+    assert uri_to_path(Path(path).as_uri()) == path

@@ -328,7 +328,7 @@ class Cache:
         if head is None:  # the version and the options: hashed once per run
             head = memo[fp] = hashlib.sha256(__version__.encode() + fp.encode())
         h = head.copy()
-        h.update((abspath(path) + digest).encode())
+        h.update((abspath(path) + digest).encode("utf-8", "surrogateescape"))  # undecodable names too
         return h.hexdigest()
 
     def _file(self, key: str) -> str:

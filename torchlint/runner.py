@@ -11,7 +11,7 @@ from .cache import Cache
 from .discover import discover
 from .engine import LintOptions, run
 from .findings import Finding
-from .output import WRITERS, write_statistics
+from .output import WRITERS, shown, valid_utf8, write_statistics
 from .selection import enabled_codes
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
@@ -36,7 +36,7 @@ class Runner:
                      respect_gitignore=self.cfg.respect_gitignore, follow_symlinks=self.cfg.follow_symlinks,
                      force_exclude=self.force_exclude)
         for p, msg in d.errors:
-            click.echo(f"torchlint: error: {p}: {msg}", err=True)
+            click.echo(f"torchlint: error: {shown(p)}: {msg}", err=True)
             self.had_error = True
         return d.files
 
@@ -50,7 +50,7 @@ class Runner:
         findings = []
         for r in results:
             if r.error:
-                click.echo(f"torchlint: error: {r.error}", err=True)
+                click.echo(f"torchlint: error: {shown(r.error)}", err=True)
                 self.had_error = True
             if r.internal_error:
                 self.had_error = True
@@ -118,7 +118,8 @@ class Runner:
             except MissingDependency as exc:
                 click.echo(f"torchlint: error: {exc}", err=True)
                 return EXIT_ERROR
-        out = self.render(findings, output_format, statistics, quiet, color, output_file, unsafe_fixes, fixed)
+        out = valid_utf8(self.render(findings, output_format, statistics, quiet, color, output_file, unsafe_fixes,
+                                     fixed), output_format)
         self.emit(out, output_file)
         if fixed and (output_format not in ("text", "concise") or statistics or quiet):
             click.echo(f"Fixed {fixed} error{'s' if fixed != 1 else ''}.", err=True)
@@ -134,9 +135,13 @@ class Runner:
 
             d = os.path.dirname(os.path.abspath(output_file))
             fd, tmp = tempfile.mkstemp(dir=d, prefix=".torchlint-")
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(out)
-            os.replace(tmp, output_file)
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                    fh.write(out)
+                os.replace(tmp, output_file)
+            except BaseException:
+                os.unlink(tmp)  # never a temporary file left behind
+                raise
         else:
             click.echo(out, nl=False, color=bool(self._color))
 

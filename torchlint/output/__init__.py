@@ -31,6 +31,31 @@ def notebook_raw_line(f: Finding) -> int:
     return nb.raw_lines.get((f.cell, f.line), f.line)
 
 
+def shown(path: str) -> str:
+    """A path as displayed: the bytes of an undecodable file name (kept by ``os.fsdecode`` as
+    lone surrogates) escaped as ``\\xNN``, so that every output format stays valid UTF-8."""
+    try:
+        path.encode("utf-8")
+        return path
+    except UnicodeEncodeError:
+        try:
+            return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        except UnicodeEncodeError:
+            return path.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def valid_utf8(text: str, fmt: str) -> str:
+    """``text`` with any lone surrogate left (a path a writer did not pass through ``shown``)
+    escaped: ``\\udcXX`` inside the JSON formats' strings, ``\\xNN`` elsewhere."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        if fmt in ("json", "json-lines", "sarif", "lsp"):
+            return "".join(f"\\u{ord(c):04x}" if "\ud800" <= c <= "\udfff" else c for c in text)
+        return shown(text)
+
+
 def _utf16_col(line_text: str, col: int) -> int:
     return len(line_text[:col].encode("utf-16-le")) // 2
 
@@ -43,8 +68,8 @@ def _dyn_line(f: Finding) -> str:
 
 def _loc(f: Finding) -> str:
     if f.cell is not None:
-        return f"{f.path}:cell {f.cell}:{f.line}:{f.column + 1}"
-    return f"{f.path}:{f.line}:{f.column + 1}"
+        return f"{shown(f.path)}:cell {f.cell}:{f.line}:{f.column + 1}"
+    return f"{shown(f.path)}:{f.line}:{f.column + 1}"
 
 
 def write_text(findings, fixable_marker=True, show_fixes=False, statistics=False, color=False, fixed=0, **_) -> str:
@@ -62,7 +87,7 @@ def write_text(findings, fixable_marker=True, show_fixes=False, statistics=False
             loc = _loc(f)
         out.append(f"{loc}: {code}{mark} {f.message}{_dyn_line(f)}")
         for r in f.related:
-            out.append(f"    note: {r.path}:{r.line}: {r.message}")
+            out.append(f"    note: {shown(r.path)}:{r.line}: {r.message}")
     n = len(findings)
     if n or fixed:
         safe = sum(1 for f in findings if f.fix is not None and f.fix.applicability == "safe")
@@ -94,7 +119,7 @@ def _json_obj(f: Finding) -> dict:
         "name": f.name,
         "message": f.message,
         "severity": f.severity,
-        "filename": os.path.abspath(f.path),
+        "filename": shown(os.path.abspath(f.path)),
         "location": {"row": f.line, "column": f.column + 1},
         "end_location": {"row": f.span.end.line, "column": f.span.end.column + 1},
         "fix": f.fix.to_dict() if f.fix else None,
@@ -103,7 +128,7 @@ def _json_obj(f: Finding) -> dict:
         "cell": f.cell,  # as ruff: the notebook cell, null outside notebooks
     }
     if f.related:
-        d["related"] = [{"filename": r.path, "row": r.line, "message": r.message} for r in f.related]
+        d["related"] = [{"filename": shown(r.path), "row": r.line, "message": r.message} for r in f.related]
     if f.dynamic is not None:
         d["dynamic"] = f.dynamic
     return d
@@ -131,7 +156,7 @@ def write_github(findings, **_) -> str:
         level = "error" if f.severity == "error" else "warning"
         msg = f.message + (f" [dynamic: {f.dynamic.get('verdict')}: {f.dynamic.get('evidence','')}]" if f.dynamic else "")
         out.append(
-            f"::{level} file={_gh_escape_prop(f.path)},line={f.line},col={f.column + 1},"
+            f"::{level} file={_gh_escape_prop(shown(f.path))},line={f.line},col={f.column + 1},"
             f"endLine={f.span.end.line},endColumn={f.span.end.column + 1},"
             f"title={_gh_escape_prop(f'torchlint ({f.code})')}::{_gh_escape_data(f'{f.code} {msg}')}"
         )
