@@ -241,3 +241,65 @@ def test_an_undecodable_file_name_round_trips_through_a_file_uri(undecodable):
 
     path = str(undecodable / os.fsdecode(b"caf\xe9.py"))
     assert uri_to_path(Path(path).as_uri()) == path
+
+
+# ---------------------------------------------------------------- configuration
+@pytest.mark.parametrize("toml", [
+    '[tool]\ntorchlint.ignore = ["TL103"]\n',
+    'tool.torchlint.ignore = ["TL103"]\n',
+    '[tool.torchlint]\nignore = ["TL103"]\n',
+])
+def test_dotted_toml_keys_configure_torchlint_as_toml_says(tmp_path, toml):
+    (tmp_path / "pyproject.toml").write_text(toml + '\n[project]\nname = "trainer"\n')
+    (tmp_path / "train.py").write_text(BUGGY)
+    r = tl("--no-cache", "train.py", cwd=tmp_path)
+    assert r.returncode == 0, (toml, r.stdout, r.stderr)
+    (tmp_path / "pyproject.toml").write_text(toml.replace("ignore", "ignroe"))
+    r = tl("--no-cache", "train.py", cwd=tmp_path)
+    assert r.returncode == 2 and "unknown key `tool.torchlint.ignroe`" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("command", [["check"], ["confirm"]])
+def test_invalid_utf8_in_pyproject_is_a_clear_error(tmp_path, command):
+    (tmp_path / "pyproject.toml").write_bytes(b'[tool.torchlint]\n# entra\xeenement\nselect = ["TL"]\n')
+    (tmp_path / "train.py").write_text(BUGGY)
+    r = tl(*command, "train.py", cwd=tmp_path)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert "pyproject.toml: not valid UTF-8" in r.stderr
+    assert "Traceback" not in r.stderr and "internal error" not in r.stderr
+
+
+@pytest.mark.parametrize("cache_dir", [".", "..", "src", "./src/../"])
+def test_a_cache_dir_that_is_not_a_folder_of_its_own_is_refused(tmp_path, cache_dir):
+    project = tmp_path / "project"
+    (project / "src").mkdir(parents=True)
+    (project / "src" / "train.py").write_text(BUGGY)
+    (project / "pyproject.toml").write_text(f'[tool.torchlint]\ncache-dir = "{cache_dir}"\n')
+    r = tl("src", cwd=project)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert "cache-dir`: `" + cache_dir + "`" in r.stderr and "a folder of its own" in r.stderr
+    for d in (tmp_path, project, project / "src"):
+        assert not (d / "CACHEDIR.TAG").exists() and not (d / ".gitignore").exists()
+    (project / "pyproject.toml").write_text("[tool.torchlint]\n")
+    r = tl("--cache-dir", cache_dir, "src", cwd=project)
+    assert r.returncode == 2 and "--cache-dir: `" in r.stderr, r.stderr
+
+
+def test_a_dedicated_cache_dir_inside_the_project_is_used(tmp_path):
+    (tmp_path / "train.py").write_text(BUGGY)
+    (tmp_path / "pyproject.toml").write_text('[tool.torchlint]\ncache-dir = ".cache/torchlint"\n')
+    for _ in range(2):  # created, then found holding its own tag
+        r = tl("train.py", cwd=tmp_path)
+        assert r.returncode == 1 and "TL103" in r.stdout, r.stderr
+    assert (tmp_path / ".cache" / "torchlint" / "CACHEDIR.TAG").exists()
+
+
+def test_a_projects_own_torchlint_py_does_not_shadow_the_console_entry_point(tmp_path):
+    exe = os.path.join(os.path.dirname(sys.executable), "torchlint")
+    if not os.path.exists(exe):
+        pytest.skip("no console script next to this interpreter")
+    (tmp_path / "torchlint.py").write_text('print("SHADOWED")\nraise SystemExit(7)\n')
+    (tmp_path / "train.py").write_text(BUGGY)
+    r = subprocess.run([exe, "--no-cache", "train.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and "SHADOWED" not in r.stdout, (r.stdout, r.stderr)
+    assert "train.py:11:13: TL103" in r.stdout

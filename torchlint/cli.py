@@ -163,6 +163,10 @@ def _check(paths, select, ignore, extend_select, output_format, output_file, sta
         validate_codes(_codes(select), "--select")
         validate_codes(_codes(ignore), "--ignore")
         validate_codes(_codes(extend_select), "--extend-select")
+        if cache_dir and not no_cache:
+            from .config import check_cache_dir
+
+            check_cache_dir(cache_dir, cfg.root, "--cache-dir")
     except ConfigError as exc:
         _err(str(exc))
         return EXIT_ERROR

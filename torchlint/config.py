@@ -68,7 +68,7 @@ def find_config_file(start: str) -> Optional[str]:
         if os.path.isfile(p):
             try:
                 with open(p, "rb") as fh:
-                    if b"[tool.torchlint" in fh.read():
+                    if _configures_torchlint(fh.read()):
                         return p
             except OSError:
                 pass
@@ -76,6 +76,43 @@ def find_config_file(start: str) -> Optional[str]:
         if parent == d:
             return None
         d = parent
+
+
+def _configures_torchlint(data: bytes) -> bool:
+    """Whether a pyproject.toml has a ``tool.torchlint`` table, in whatever TOML spelling
+    (``[tool.torchlint]``, ``[tool]`` + ``torchlint.ignore = …``, ``tool.torchlint.select = …``).
+    One that does not parse is ours if it seems to be (its error is then reported)."""
+    if b"torchlint" not in data:
+        return False
+    try:
+        table = tomllib.loads(data.decode("utf-8")).get("tool", {})
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return b"[tool.torchlint" in data or b"torchlint." in data
+    return isinstance(table, dict) and "torchlint" in table
+
+
+def check_cache_dir(cache_dir: str, root: str, where: str, shown: Optional[str] = None) -> None:
+    """Refuse a cache folder that is not torchlint's own: torchlint writes a ``CACHEDIR.TAG``
+    (backup tools skip the folder) and a ``.gitignore`` of ``*`` (git ignores everything in
+    it) into its cache folder, so the project's folder, a folder above it, or a folder that
+    already holds other files must never be one."""
+    real, top = os.path.realpath(cache_dir), os.path.realpath(root)
+    shown = shown or cache_dir
+    if real == top or top.startswith(real.rstrip(os.sep) + os.sep):
+        raise ConfigError(f"{where}: `{shown}` is the project's folder or a folder above it; the cache needs "
+                          "a folder of its own (torchlint writes a CACHEDIR.TAG and a .gitignore of `*` there), "
+                          "such as `.torchlint_cache`")
+    try:
+        entries = os.listdir(real)
+    except FileNotFoundError:
+        return
+    except NotADirectoryError:
+        raise ConfigError(f"{where}: `{shown}` is not a folder") from None
+    except OSError:
+        return  # unreadable: the cache then stays off (see Cache)
+    if entries and "CACHEDIR.TAG" not in entries:
+        raise ConfigError(f"{where}: `{shown}` already holds other files; the cache needs a folder of its own "
+                          "(torchlint writes a CACHEDIR.TAG and a .gitignore of `*` there)")
 
 
 def load_config(path: Optional[str] = None, start: str = ".") -> Config:
@@ -90,6 +127,8 @@ def load_config(path: Optional[str] = None, start: str = ".") -> Config:
         raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not valid UTF-8 (TOML files are UTF-8): {exc.reason} at byte {exc.start}") from None
     if os.path.basename(path) == "pyproject.toml":
         table = data.get("tool", {}).get("torchlint", {})
         prefix = "tool.torchlint"
@@ -142,5 +181,6 @@ def from_table(table: dict, path: str, prefix: str = "tool.torchlint") -> Config
     cfg.unfixable = table.get("unfixable", [])
     if "cache-dir" in table:
         cfg.cache_dir = os.path.join(cfg.root, table["cache-dir"])
+        check_cache_dir(cfg.cache_dir, cfg.root, f"{path}: `{_key(prefix, 'cache-dir')}`", table["cache-dir"])
     # `dynamic` is accepted but never acts on its own: the dynamic mode needs the command line.
     return cfg

@@ -300,7 +300,10 @@ def run_jobs(jobs: list, cfg: dict, timeout: float, device: str, memory_mb: Opti
             cpath = os.path.join(tmp, f"config{start}.json")
             with open(cpath, "w", encoding="utf-8") as fh:
                 json.dump(conf, fh)
-            argv = [sys.executable, "-c", "from torchlint.dynamic.child import main; main()", cpath]
+            # `-c` puts the working directory first on sys.path: a project's own torchlint.py
+            # must not stand in for this package
+            argv = [sys.executable, "-c", "import sys; del sys.path[0]; from torchlint.dynamic.child import main; main()",
+                    cpath]
             outcome.event("spawn", None, first=start == 0)
             proc = _spawn(argv, env, cwd or os.getcwd(), device, memory_mb)
             outcome.children += 1
