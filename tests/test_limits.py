@@ -303,3 +303,28 @@ def test_a_projects_own_torchlint_py_does_not_shadow_the_console_entry_point(tmp
     r = subprocess.run([exe, "--no-cache", "train.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert r.returncode == 1 and "SHADOWED" not in r.stdout, (r.stdout, r.stderr)
     assert "train.py:11:13: TL103" in r.stdout
+
+
+# ---------------------------------------------------------------- --fix and the file system
+def test_fix_keeps_setuid_and_setgid_bits(tmp_path):
+    import stat
+
+    p = tmp_path / "train.py"
+    p.write_text(BUGGY)
+    os.chmod(p, 0o6754)
+    if stat.S_IMODE(os.stat(p).st_mode) != 0o6754:
+        pytest.skip("this filesystem does not keep setuid/setgid bits")
+    r = tl("--no-cache", "--fix", "--unsafe-fixes", "train.py", cwd=tmp_path)
+    assert "optimizer.zero_grad()" in p.read_text(), r.stderr
+    assert stat.S_IMODE(os.stat(p).st_mode) == 0o6754
+
+
+def test_fix_refuses_a_hard_linked_file_and_says_why(tmp_path):
+    p = tmp_path / "train.py"
+    p.write_text(BUGGY)
+    os.link(p, tmp_path / "train_copy.py")
+    r = tl("--no-cache", "--fix", "--unsafe-fixes", "train.py", cwd=tmp_path)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert "train.py: not fixed: it has 2 hard links" in r.stderr
+    assert p.read_text() == BUGGY and os.stat(p).st_nlink == 2  # untouched, still linked
+    assert [n for n in os.listdir(tmp_path) if "torchlint-tmp" in n] == []

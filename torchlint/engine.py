@@ -201,6 +201,13 @@ def _active_rules(path: str, opts: LintOptions) -> list:
     return [r for r in rules if not any(r.code.startswith(i) for i in ignored)]
 
 
+def _per_file_ignored(code: str, path: str, opts: LintOptions) -> bool:
+    from .selection import per_file_ignored
+
+    return bool(opts.per_file_ignores) and any(
+        code.startswith(i) for i in per_file_ignored(path, opts.root, opts.per_file_ignores))
+
+
 def _lint_text(path: str, text: str, opts: LintOptions, project: Optional[ProjectIndex] = None,
                module_name: Optional[str] = None, is_package: bool = False, data: Optional[bytes] = None,
                shown: Optional[str] = None, keep: Optional[dict] = None) -> FileResult:
@@ -228,7 +235,7 @@ def _lint_text(path: str, text: str, opts: LintOptions, project: Optional[Projec
         check_text(text)  # before the native parser sees the text: it overflows its stack
     except TooComplex as exc:
         res.parsed = True
-        if "TL003" in opts.enabled:
+        if "TL003" in opts.enabled and not _per_file_ignored("TL003", path, opts):
             res.findings.append(Finding("TL003", NotAnalysedRule.name, f"not analysed: {exc}", shown,
                                         Span.of(exc.line, 0, exc.line, 0), NotAnalysedRule.severity))
         return res

@@ -33,7 +33,7 @@ from .source import SourceError, SourceFile, encode, read_source
 from .suppress import _NOQA, _CODE
 
 MAX_PASSES = 10
-_NOT_FIXABLE = ("TL000", "TL001")
+_NOT_FIXABLE = ("TL000", "TL001", "TL003")
 
 
 # ------------------------------------------------------------------ results
@@ -258,27 +258,39 @@ def _applied(f: Finding) -> AppliedFix:
 
 
 # ------------------------------------------------------------------ files
+class HardLinkError(OSError):
+    """A file ``--fix`` leaves alone: it has other hard links."""
+
+    def __init__(self, links: int):
+        super().__init__(f"it has {links} hard links, which replacing it would split; left alone "
+                         "(fix a copy, or run `--diff` and apply the patch)")
+
+
 def write_atomic(path: str, data: bytes) -> None:
     """Replace ``path``'s contents: a temporary file in the same directory, then ``os.replace``.
 
-    Keeps the file's permission bits (and owner, where allowed); a symlink is followed, so the
-    link stays a link.
+    Keeps the file's owner (where allowed) and then its mode bits, setuid and setgid included
+    (a ``chown`` clears them, so it comes first); a symlink is followed, so the link stays a
+    link. A file with several hard links is refused (``HardLinkError``): replacing it would
+    split the links, and writing it in place could leave it half-written.
     """
     real = os.path.realpath(path)
     d = os.path.dirname(real) or "."
     st = os.stat(real)
+    if st.st_nlink > 1:
+        raise HardLinkError(st.st_nlink)
     fd, tmp = tempfile.mkstemp(dir=d, prefix="." + os.path.basename(real) + ".", suffix=".torchlint-tmp")
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
-        os.chmod(tmp, stat.S_IMODE(st.st_mode))
         if hasattr(os, "chown"):
             try:
                 os.chown(tmp, st.st_uid, st.st_gid)
             except OSError:
                 pass
+        os.chmod(tmp, stat.S_IMODE(st.st_mode))
         os.replace(tmp, real)
     except BaseException:
         try:
@@ -299,6 +311,8 @@ def _write_if_unchanged(src: SourceFile, path: str, text: str) -> Optional[str]:
             if fh.read() != src.data:
                 return f"{path}: changed while it was being fixed; left alone"
         write_atomic(path, data)
+    except HardLinkError as exc:
+        return f"{path}: not fixed: {exc}"
     except OSError as exc:
         return f"{path}: cannot write: {exc.strerror or exc}"
     return None
