@@ -328,3 +328,42 @@ def test_fix_refuses_a_hard_linked_file_and_says_why(tmp_path):
     assert "train.py: not fixed: it has 2 hard links" in r.stderr
     assert p.read_text() == BUGGY and os.stat(p).st_nlink == 2  # untouched, still linked
     assert [n for n in os.listdir(tmp_path) if "torchlint-tmp" in n] == []
+
+
+# ---------------------------------------------------------------- a file's budget
+def test_a_file_over_its_time_budget_is_skipped_and_the_next_one_linted(tmp_path, monkeypatch):
+    from torchlint import limits
+    from torchlint.engine import LintOptions, _worker
+    from torchlint.selection import enabled_codes
+
+    body = BUGGY.replace("def train(", "def train_{i}(").replace("def main(", "def main_{i}(")
+    slow = tmp_path / "slow.py"
+    slow.write_text("\n".join(body.replace("{i}", str(i)) for i in range(60)))
+    fast = tmp_path / "train.py"
+    fast.write_text(BUGGY)
+    opts = LintOptions(frozenset(enabled_codes(["TL"], [], [])))
+    monkeypatch.setattr(limits, "MAX_SECONDS", 0.05)
+    r = _worker((str(slow), opts, None))
+    assert [(f.code, f.line) for f in r.findings] == [("TL003", 1)]
+    assert "not analysed: its analysis took longer than 0.05 s" in r.findings[0].message
+    assert r.internal_error  # (not cached: a faster machine may finish it)
+    monkeypatch.setattr(limits, "MAX_SECONDS", 60.0)
+    assert [(f.code, f.line) for f in _worker((str(fast), opts, None)).findings] == [("TL103", 11)]
+    import signal
+
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)  # disarmed
+
+
+def test_a_50_mb_data_literal_is_skipped_quickly(tmp_path):
+    row = "    [" + ", ".join("0.123456" for _ in range(12)) + "],\n"
+    with open(tmp_path / "table.py", "w") as fh:
+        fh.write("DATA = [\n")
+        fh.write(row * (50_000_000 // len(row)))
+        fh.write("]\n")
+    (tmp_path / "train.py").write_text(BUGGY)
+    start = time.monotonic()
+    r = tl("--no-cache", "-j1", ".", cwd=tmp_path)
+    assert time.monotonic() - start < 60
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    assert "table.py:1:1: TL003 not analysed: the file is larger than 5 MB" in r.stdout
+    assert "train.py:11:13: TL103" in r.stdout

@@ -201,6 +201,14 @@ def _active_rules(path: str, opts: LintOptions) -> list:
     return [r for r in rules if not any(r.code.startswith(i) for i in ignored)]
 
 
+def _not_analysed(res: FileResult, exc, path: str, opts: LintOptions) -> FileResult:
+    res.parsed = True
+    if "TL003" in opts.enabled and not _per_file_ignored("TL003", path, opts):
+        res.findings.append(Finding("TL003", NotAnalysedRule.name, f"not analysed: {exc}", res.path,
+                                    Span.of(exc.line, 0, exc.line, 0), NotAnalysedRule.severity))
+    return res
+
+
 def _per_file_ignored(code: str, path: str, opts: LintOptions) -> bool:
     from .selection import per_file_ignored
 
@@ -217,6 +225,10 @@ def _lint_text(path: str, text: str, opts: LintOptions, project: Optional[Projec
     res = FileResult(shown)
     active = _active_rules(path, opts)
     raw = data if data is not None else text.encode("utf-8", "surrogatepass")
+    from .limits import MAX_BYTES, TooComplex, check_text
+
+    if len(raw) > MAX_BYTES:  # before any parser, the stdlib's included
+        return _not_analysed(res, TooComplex(f"the file is larger than {MAX_BYTES // 1_000_000} MB"), path, opts)
     if opts.prefilter:
         trig = set(_SUMMARY_TRIGGERS)
         for r in active:
@@ -229,16 +241,10 @@ def _lint_text(path: str, text: str, opts: LintOptions, project: Optional[Projec
                 return res
     if module_name is None:
         module_name, is_package = module_name_for(path)
-    from .limits import TooComplex, check_text
-
     try:
         check_text(text)  # before the native parser sees the text: it overflows its stack
     except TooComplex as exc:
-        res.parsed = True
-        if "TL003" in opts.enabled and not _per_file_ignored("TL003", path, opts):
-            res.findings.append(Finding("TL003", NotAnalysedRule.name, f"not analysed: {exc}", shown,
-                                        Span.of(exc.line, 0, exc.line, 0), NotAnalysedRule.severity))
-        return res
+        return _not_analysed(res, exc, path, opts)
     import libcst as cst  # here, not at the top: a run answered from the cache never parses
 
     try:
@@ -463,13 +469,28 @@ def lint_path(path: str, opts: LintOptions, project: Optional[ProjectIndex] = No
 def _worker(args, keep: Optional[dict] = None):
     """Lint a file, or lint again the file ``keep`` holds the tree of (``keep["tree"]``);
     an exception becomes a TL000 finding."""
+    from . import limits
+
     path, opts, project = args
     try:
-        if keep is None:
-            return lint_path(path, opts, project)
-        if "tree" in keep:
-            return relint_kept(keep, opts, project)
-        return lint_path(path, opts, project, keep)
+        with limits.file_budget():
+            if keep is None:
+                return lint_path(path, opts, project)
+            if "tree" in keep:
+                return relint_kept(keep, opts, project)
+            return lint_path(path, opts, project, keep)
+    except (limits.OverBudget, MemoryError) as exc:  # abandon the file; the run goes on
+        if keep is not None:
+            keep.clear()
+        import gc
+
+        gc.collect()  # the abandoned model's cycles (a pool worker freezes what survives a file)
+        reason = str(exc) if isinstance(exc, limits.OverBudget) else "it needs more memory than there is"
+        r = FileResult(display_path(path))
+        r.internal_error = True  # not cached: another machine may finish it
+        r.findings.append(Finding("TL003", NotAnalysedRule.name, f"not analysed: {reason}", r.path,
+                                  Span.of(1, 0, 1, 0), NotAnalysedRule.severity))
+        return r
     except Exception as exc:  # never let one file stop the run
         r = FileResult(display_path(path))
         r.internal_error = True

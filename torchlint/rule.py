@@ -95,7 +95,7 @@ class NotAnalysedRule(_Meta):
     summary = "The file was not analysed: it is beyond one of torchlint's limits."
     why = ("Some files cannot be analysed safely: expressions nested hundreds of levels deep or "
            "chains of hundreds of operators (`a.b.b.b…`, `1 + 1 + …`) would overflow the parser's "
-           "stack or take minutes, and a file larger than 10 MB, or one that needs more time or "
+           "stack or take minutes, and a file larger than 5 MB, or one that needs more time or "
            "memory than a file's budget, would hold up the whole run. Such a file is reported once, "
            "with the reason, and the other files are still linted. `docs/limits.md` lists the limits.")
     example = "x = " + "(" * 150 + "1" + ")" * 150 + "\n"
