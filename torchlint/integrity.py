@@ -206,8 +206,6 @@ _MODES = ("train", "eval")
 _FINDING_KEYS = frozenset(("code", "name", "message", "path", "span", "severity", "fix", "related", "dynamic",
                            "cell", "fingerprint", "scope"))
 _APPLICABILITY = ("safe", "unsafe")
-_RESULT_LITE = ("path", "findings", "error", "internal_error", "answers", "module", "parsed")
-_EXPORTS = ("summaries", "classes", "called", "reexports", "stars")
 # the typed fields of a function summary and of a class's facts (others: any small JSON)
 _SUMMARY_TYPES = {"name": str, "qualname": str, "path": str, "line": int, "params": list, "free": list,
                   "exit_modes": dict, "trains_in_entry": list, "evals_in_entry": list, "backward": bool,
@@ -331,10 +329,13 @@ def exports(d) -> bool:
     """A result's exports: function summaries, class facts, calls, re-exports, star imports."""
     if type(d) is not dict:
         return False
-    s, c, called, rx, stars = (d.get(k) for k in _EXPORTS)
+    s, c, called, rx, stars = d.get("summaries"), d.get("classes"), d.get("called"), d.get("reexports"), \
+        d.get("stars")
     if type(s) is not dict or type(c) is not dict or type(called) is not list or type(rx) is not dict \
             or not _strs(stars):
         return False
+    if not (s or c or called or rx):
+        return True
     for q, v in s.items():
         if not _fields(v, _SUMMARY_TYPES):
             return False
@@ -352,15 +353,18 @@ def result(d, lite: bool = False) -> bool:
     without an error are stored, so ``error`` is null and ``internal_error`` false."""
     if type(d) is not dict:
         return False
-    try:
-        path, findings, error, ie, answers, module, parsed = (d[k] for k in _RESULT_LITE)
+    try:  # (the run snapshot checks one per file of the tree: no generator here)
+        path, findings = d["path"], d["findings"]
+        if d["error"] is not None or d["internal_error"] is not False or type(d["answers"]) is not str \
+                or type(d["module"]) is not str or type(d["parsed"]) is not bool:
+            return False
     except KeyError:
         return False
-    if type(path) is not str or type(findings) is not list or error is not None or ie is not False \
-            or type(answers) is not str or type(module) is not str or type(parsed) is not bool:
+    if type(path) is not str or type(findings) is not list:
         return False
-    if not all(finding(f, path) for f in findings):
-        return False
+    for f in findings:
+        if not finding(f, path):
+            return False
     if "queries" in d and not _strs(d["queries"]):
         return False
     return lite or (exports(d) and "queries" in d)
