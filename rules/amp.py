@@ -112,7 +112,9 @@ for images, labels in loader:
     scaler.update()
 """
     known_problems = ("A scaler built with `enabled=False` (literally) is trusted. A step in a helper "
-                      "function is not followed.")
+                      "function is not followed. Preview: it made no finding on the real-world benchmark "
+                      "(45 repositories), so its precision on real code is not measured yet.")
+    default = False
     fix_safety = "safe"
     fix_doc = "Replaces `optimizer.step()` by `scaler.step(optimizer)` when no `scaler.step` runs in the iteration."
     references = ("https://pytorch.org/docs/stable/notes/amp_examples.html",)

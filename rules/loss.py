@@ -336,7 +336,9 @@ log_probs = F.log_softmax(logits, dim=-1)
 loss = -(log_probs.gather(1, actions) * advantages).mean()
 """
     known_problems = ("Arguments shifted by an epsilon or clamped (`torch.log(p + 1e-8)`, "
-                      "`p.clamp(min=eps).log()`) are trusted.")
+                      "`p.clamp(min=eps).log()`) are trusted. Preview: on the real-world benchmark most of "
+                      "its 13 findings are in tutorials and RL code whose logits rarely saturate, where a "
+                      "maintainer may reasonably leave them (harmless until they are not).")
     fix_safety = "safe"
     fix_doc = ("When the argument is the softmax/sigmoid call itself, replaces `log(softmax(x, d))` "
                "by `torch.log_softmax(x, d)` and `log(sigmoid(x))` by `F.logsigmoid(x)`.")

@@ -78,7 +78,10 @@ for epoch in range(epochs):
 model.load_state_dict(best_state)
 """
     known_problems = ("Only snapshots restored in the same function are followed; snapshots saved "
-                      "with `torch.save` are copies on disk and are fine.")
+                      "with `torch.save` are copies on disk and are fine. Preview: it made no finding on "
+                      "the real-world benchmark (45 repositories), so its precision on real code is not "
+                      "measured yet.")
+    default = False
     fix_safety = "unsafe"
     fix_doc = "Wraps the snapshot in `copy.deepcopy(...)` (adds `import copy` when missing). Unsafe: it costs a copy of the weights in memory."
     references = ("https://pytorch.org/tutorials/beginner/saving_loading_models.html",)

@@ -43,4 +43,4 @@ CODES = {
 }
 
 # rules off by default (preview): selected only by their full code
-PREVIEW = frozenset({"TL201", "TL405"})
+PREVIEW = frozenset({"TL107", "TL201", "TL206", "TL405"})
