@@ -57,8 +57,9 @@ from collections import Counter
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from torchlint.discover import discover  # noqa: E402
-from torchlint.engine import LintOptions, _merge, run  # noqa: E402
-from torchlint.model import ModuleModel, ProjectIndex  # noqa: E402
+from torchlint.engine import LintOptions, run  # noqa: E402
+from torchlint.model import ModuleModel  # noqa: E402
+from torchlint.project import Workspace  # noqa: E402
 from torchlint.selection import enabled_codes  # noqa: E402
 
 
@@ -74,8 +75,9 @@ def training_loops(files, results) -> int:
     from torchlint.model.queries import analysable_functions, is_kind, trains
     from torchlint.source import SourceError, read_source
 
-    project = ProjectIndex.for_files(files)
-    _merge(project, results)
+    workspace = Workspace(files)
+    workspace.merge(results)
+    project = workspace.index
     found = []  # (mm, loop) of innermost training loops
     holders = set()  # "module.qualname" of the functions holding one
     for f, r in zip(files, results):

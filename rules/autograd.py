@@ -41,7 +41,7 @@ def _only_called_without_grad(mm, fn) -> bool:
         op.grad == GRAD_OFF or _grad_off(mm, caller, op) for caller, op in callers)
     if not res and not callers and mm.module_name and fn.parent is None:
         q = f"{mm.module_name}.{fn.qualname}"
-        res = q in getattr(mm.project, "called_under_no_grad", set())
+        res = mm.project.only_called_under_no_grad(q)
     cache[key] = res
     return res
 

@@ -190,8 +190,7 @@ def evaluate(model, loader):
         if any(True for _ in mm.callers(fn)):
             return True
         q = f"{mm.module_name}.{fn.qualname}"
-        mm.external_queries.add("called:" + q)
-        return q in mm.project.called if hasattr(mm.project, "called") else False
+        return mm.project.is_called(q)
 
 
 def _first_eval_forward(fn, key: str):
@@ -395,8 +394,7 @@ with torch.no_grad():
         if fn.is_module_level:
             return True
         q = f"{mm.module_name}.{fn.qualname}"
-        mm.external_queries.add("called:" + q)
-        if q in getattr(mm.project, "called_under_no_grad", ()):
+        if mm.project.only_called_under_no_grad(q):
             return False
         if callers and all(op.grad == GRAD_OFF for _, op in callers):
             return False

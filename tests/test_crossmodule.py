@@ -45,11 +45,11 @@ def codes(found) -> dict:
 def model_of(paths, target):
     """The ModuleModel of ``target`` built with the project the engine ends with."""
     import libcst as cst
-    from torchlint.engine import _merge
+    from torchlint.project import Workspace
 
-    results = run(paths, OPTS)
-    project = ProjectIndex.for_files(paths)
-    _merge(project, results)
+    workspace = Workspace(paths)
+    run(paths, OPTS, workspace=workspace)
+    project = workspace.index
     text = open(target).read()
     from torchlint.discover import module_name_for
 
@@ -340,7 +340,9 @@ def test_values_returned_by_helpers_carry_their_facts(tmp_path):
     # rules can say which function made the value: `predict_proba()` (steps.py:12)
     import libcst as cst
 
-    origin = mm.value_origin(mm.functions["main"], cst.Name("p"))
+    from torchlint.findings import render_text
+
+    origin = render_text(mm.value_origin(mm.functions["main"], cst.Name("p")))  # paths rendered in reports
     assert origin.startswith("`predict_proba()` (") and origin.endswith("steps.py:12)")
     assert mm.value_origin(mm.functions["main"], cst.Name("total")) is None
 
@@ -418,7 +420,7 @@ def test_model_class_of_another_module_exports_forward_facts(tmp_path):
         """,
     })
     mm = model_of(paths, paths[1])
-    cls = mm.project.classes
+    cls = {q: mm.project.class_facts(q) for q in ("models.Net", "models.Wider", "models.Plain")}
     assert cls["models.Net"]["forward"] == ["probs"] and cls["models.Net"]["is_module"]
     assert cls["models.Wider"]["bases"] == ["models.Net"] and cls["models.Wider"]["forward"] == ["probs"]
     assert cls["models.Plain"]["is_module"] is False

@@ -352,23 +352,22 @@ async def test_a_bad_configuration_is_reported_and_defaults_are_used(client: Lan
 def test_a_saved_file_swaps_its_own_exports_in_the_index(tmp_path):
     """On save the server replaces the file's exports in the index (a renamed helper's old
     name is gone) instead of rebuilding the index of the whole workspace."""
-    from torchlint.engine import LintOptions, _merge, build_project_modules, lint_text, run
-    from torchlint.lsp import _replace_exports
-    from torchlint.model import ProjectIndex
+    from torchlint.engine import LintOptions, lint_text, run
+    from torchlint.project import Workspace
     from torchlint.selection import enabled_codes
 
     (tmp_path / "helpers.py").write_text(HELPERS)
     (tmp_path / "main.py").write_text(MAIN)
     files = [str(tmp_path / "helpers.py"), str(tmp_path / "main.py")]
     opts = LintOptions(frozenset(enabled_codes(["TL"], [], [])))
-    results = run(files, opts)
-    project = ProjectIndex(modules=build_project_modules(files))
-    _merge(project, results)
+    workspace = Workspace(files)
+    results = run(files, opts, workspace=workspace)
+    project = workspace.index
     assert "helpers.accuracy" in project.summaries
     assert "helpers.accuracy" in project.called  # main.py calls it
     renamed = HELPERS.replace("def accuracy(", "def top1_accuracy(")
     new = lint_text(files[0], renamed, opts, project)
-    _replace_exports(project, results[0], new, [new, results[1]])
+    workspace.replace(results[0], new, [new, results[1]])
     assert "helpers.accuracy" not in project.summaries
     assert "helpers.top1_accuracy" in project.summaries
     assert "helpers.accuracy" in project.called  # main.py (not saved again) still calls the old name

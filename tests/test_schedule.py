@@ -7,7 +7,7 @@ from torchlint import engine
 from torchlint.engine import LintOptions, run
 from torchlint.rule import all_rules
 from torchlint.schedule import dependency_order, import_graph, imported_names
-from torchlint.schedule import fresh_project
+from torchlint.project import Workspace
 
 OPTS = LintOptions(enabled=frozenset(c for c in all_rules() if c != "TL002"))
 
@@ -95,7 +95,7 @@ def _tree(tmp_path):
 
 def test_import_graph_links_importers_to_tree_modules(tmp_path):
     files = _tree(tmp_path)
-    deps = import_graph(files, fresh_project(files), lambda p: open(p, "rb").read())
+    deps = import_graph(files, Workspace(files).index, lambda p: open(p, "rb").read())
     assert deps[0] == [1]  # __init__ re-exports from engine
     assert 0 in deps[2]  # train imports the package
     # ... and the module that defines what it takes from the package (``from proj import
@@ -121,9 +121,9 @@ def test_connected_tree_is_linted_once_and_finds_the_cross_module_bugs(monkeypat
     linted = []
     real = engine.lint_path
 
-    def counting(path, opts, project=None):
+    def counting(path, opts, project=None, *args, **kwargs):
         linted.append(os.path.relpath(path, FIXTURES))
-        return real(path, opts, project)
+        return real(path, opts, project, *args, **kwargs)
 
     monkeypatch.setattr(engine, "lint_path", counting)
     results = run(files, OPTS, jobs=1)
@@ -197,7 +197,7 @@ def test_a_worker_that_dies_fails_only_its_file(monkeypatch):
     # behind the one a worker died on are linted by its replacement
     files = _fixture_files(*sorted(os.listdir(FIXTURES)))
     victim = next(f for f in files if f.endswith("train.py"))
-    real = engine._worker
+    real = engine.lint_job
 
     def dying(args, keep=None):
         if args[0] == victim:
@@ -205,7 +205,7 @@ def test_a_worker_that_dies_fails_only_its_file(monkeypatch):
         return real(args, keep)
 
     expected = {r.path: [(f.code, f.line) for f in r.findings] for r in run(files, OPTS, jobs=1)}
-    monkeypatch.setattr(engine, "_worker", dying)
+    monkeypatch.setattr(engine, "lint_job", dying)
     got = {r.path: [(f.code, f.line) for f in r.findings] for r in run(files, OPTS, jobs=2)}
     assert len(got) == len(files)
     shown = engine.display_path(victim)

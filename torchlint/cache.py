@@ -488,7 +488,7 @@ class Cache:
         self._put_run(files, opts, results)
 
     def _put_run(self, files, opts, results) -> None:
-        from .engine import called_counts
+        from .project import called_counts
 
         if any(r is None or r.error or r.internal_error for r in results) or not self._ensure():
             return
@@ -511,7 +511,7 @@ class Cache:
                 try:
                     raw = bytes(src.store.raw(src.key)) if src is not None else json.dumps(r.exports()).encode()
                     rawq = bytes(src.store.raw_queries(src.key)) if src is not None \
-                        and "queries" not in r.__dict__ else json.dumps(r.queries).encode()
+                        and "queries" not in r.__dict__ else json.dumps(r.query_texts()).encode()
                 except (TypeError, ValueError, KeyError):
                     return  # not serialisable: no snapshot (each file's entry is still written)
                 spans[key] = [len(blob) - len(token), len(raw)]

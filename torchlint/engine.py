@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from . import __version__
-from .findings import Finding, Span
+from .findings import Finding, Span, display_path, path_token, render_result  # noqa: F401 (display_path)
 from .parse import parse_module
-from .project import ProjectIndex, project_answer, summary_has_effects
+from .project import ProjectIndex, ProjectView, Workspace, may_depend, questions_of
 from .rule import InternalErrorRule, NotAnalysedRule, SyntaxErrorRule, UnusedNoqaRule, all_rules
 from .source import SourceError, read_source
 from .suppress import is_suppressed, parse_noqa
@@ -46,7 +46,7 @@ class FileResult:
     def to_json(self) -> dict:
         return {
             "path": self.path, "findings": [f.to_dict() for f in self.findings],
-            "summaries": self.summaries, "classes": self.classes, "queries": self.queries,
+            "summaries": self.summaries, "classes": self.classes, "queries": self.query_texts(),
             "called": self.called, "error": self.error, "internal_error": self.internal_error,
             "answers": self.answers, "reexports": self.reexports, "stars": self.stars,
             "module": self.module, "parsed": self.parsed,
@@ -59,8 +59,12 @@ class FileResult:
              "error": self.error, "internal_error": self.internal_error, "answers": self.answers,
              "module": self.module, "parsed": self.parsed}
         if queries:
-            d["queries"] = self.queries
+            d["queries"] = self.query_texts()
         return d
+
+    def query_texts(self) -> list:
+        """The questions as stored (``str`` of each :class:`Question`)."""
+        return [str(q) for q in self.queries]
 
     # What a file exports to the project. A result of the last run's snapshot reads them only
     # when something looks at them (``lazy``): a run where one file changed parses the exports
@@ -92,7 +96,7 @@ class FileResult:
         if source is None:
             raise AttributeError(name)
         if name == "queries":
-            got = self.__dict__["queries"] = source.load_queries()
+            got = self.__dict__["queries"] = questions_of(source.load_queries())
             return got
         if name not in FileResult.EXPORTS:
             raise AttributeError(name)
@@ -110,7 +114,7 @@ class FileResult:
     def from_json(cls, d: dict) -> "FileResult":
         r = cls(d["path"])
         r.findings = [Finding.from_dict(x) for x in d["findings"]]
-        r.summaries, r.classes, r.queries = d["summaries"], d["classes"], d["queries"]
+        r.summaries, r.classes, r.queries = d["summaries"], d["classes"], questions_of(d["queries"])
         r.called, r.error, r.internal_error = d["called"], d["error"], d["internal_error"]
         r.answers = d.get("answers", "")
         r.reexports, r.stars = d.get("reexports", {}), d.get("stars", [])
@@ -129,10 +133,51 @@ class LintOptions:
     noqa: bool = True  # `# noqa` comments suppress (flake8's --disable-noqa turns it off)
 
     def fingerprint(self) -> str:
+        """What a cached result's key depends on besides the file: the options, and
+        torchlint's own code (a rule edited, a build with the same version)."""
         d = [sorted(self.enabled), sorted(self.settings.items()), sorted(
-            (k, sorted(v)) for k, v in self.per_file_ignores.items()), self.prefilter, __version__] + (
-            [] if self.noqa else ["no-noqa"])
+            (k, sorted(v)) for k, v in self.per_file_ignores.items()), self.prefilter, __version__,
+            code_digest()] + ([] if self.noqa else ["no-noqa"])
         return hashlib.sha256(json.dumps(d, default=str).encode()).hexdigest()[:16]
+
+
+_CODE_DIGEST: Optional[str] = None
+
+
+def code_files() -> list:
+    """The ``.py`` files of the installed torchlint, its rules included (``torchlint.rules``
+    may live elsewhere: found without importing it)."""
+    import importlib.util
+
+    dirs = [os.path.dirname(os.path.abspath(__file__))]
+    spec = importlib.util.find_spec("torchlint.rules")
+    for d in (spec.submodule_search_locations or ()) if spec is not None else ():
+        d = os.path.abspath(d)
+        if not d.startswith(dirs[0] + os.sep):
+            dirs.append(d)
+    out = []
+    for top in dirs:
+        for folder, subdirs, names in os.walk(top):
+            subdirs[:] = sorted(x for x in subdirs if x != "__pycache__")
+            out.extend(os.path.join(folder, n) for n in sorted(names) if n.endswith(".py"))
+    return out
+
+
+def code_digest() -> str:
+    """A digest of torchlint's own code (``code_files``), computed once per process."""
+    global _CODE_DIGEST
+    if _CODE_DIGEST is None:
+        h = hashlib.sha256()
+        for f in code_files():
+            try:
+                with open(f, "rb") as fh:
+                    data = fh.read()
+            except OSError:
+                data = b""
+            h.update(f"{os.path.basename(f)}\0{len(data)}\0".encode())
+            h.update(data)
+        _CODE_DIGEST = h.hexdigest()[:16]
+    return _CODE_DIGEST
 
 
 _RULE_CACHE: dict = {}
@@ -148,21 +193,17 @@ def _rules_for(enabled, settings):
     return r
 
 
-def display_path(path: str) -> str:
-    try:
-        rel = os.path.relpath(path)
-    except ValueError:
-        return path
-    return path if rel.startswith("..") and os.path.isabs(path) else rel
-
-
 def lint_text(path: str, text: str, opts: LintOptions, project: Optional[ProjectIndex] = None,
               module_name: Optional[str] = None, is_package: bool = False, data: Optional[bytes] = None,
-              shown: Optional[str] = None, keep: Optional[dict] = None) -> FileResult:
-    """Lint one file's text. The cyclic garbage collector is off meanwhile: the file's libcst
-    tree (millions of nodes for a big file, no cycles among them) would otherwise be scanned
-    by every collection its allocations trigger; the model's own cycles are broken at the end
-    (``_release_model``), so refcounting frees the tree as soon as the file is done.
+              shown: Optional[str] = None, keep: Optional[dict] = None, raw: bool = False) -> FileResult:
+    """Lint one file's text. The paths of its result are rendered for a report (relative to
+    the current folder) unless ``raw``: a raw result names files by ``findings.path_token``
+    (what the cache stores and the engine passes around).
+
+    The cyclic garbage collector is off meanwhile: the file's libcst tree (millions of nodes
+    for a big file, no cycles among them) would otherwise be scanned by every collection its
+    allocations trigger; the model's own cycles are broken at the end (``_release_model``), so
+    refcounting frees the tree as soon as the file is done.
 
     ``keep``, if given, receives what ``relint_kept`` needs to lint the file again without
     parsing it (its tree), when it parsed."""
@@ -171,10 +212,11 @@ def lint_text(path: str, text: str, opts: LintOptions, project: Optional[Project
     was_on = gc.isenabled()
     gc.disable()
     try:
-        return _lint_text(path, text, opts, project, module_name, is_package, data, shown, keep)
+        res = _lint_text(path, text, opts, project, module_name, is_package, data, shown, keep)
     finally:
         if was_on:
             gc.enable()
+    return res if raw else render_result(res)
 
 
 def relint_kept(kept: dict, opts: LintOptions, project: Optional[ProjectIndex] = None) -> FileResult:
@@ -221,7 +263,7 @@ def _lint_text(path: str, text: str, opts: LintOptions, project: Optional[Projec
                shown: Optional[str] = None, keep: Optional[dict] = None) -> FileResult:
     from .discover import module_name_for
 
-    shown = shown or display_path(path)
+    shown = shown or path_token(path)
     res = FileResult(shown)
     active = _active_rules(path, opts)
     raw = data if data is not None else text.encode("utf-8", "surrogatepass")
@@ -451,22 +493,27 @@ def _suppress(findings, text, opts, shown) -> list:
 
 # ---------------------------------------------------------------- files and trees
 def lint_path(path: str, opts: LintOptions, project: Optional[ProjectIndex] = None,
-              keep: Optional[dict] = None) -> FileResult:
-    shown = display_path(path)
+              keep: Optional[dict] = None, raw: bool = False) -> FileResult:
+    """Lint the file ``path``; its paths are rendered for a report unless ``raw`` (see
+    ``lint_text``)."""
+    shown = path_token(path)
     if path.endswith(".ipynb"):
         try:
             from .notebook import lint_notebook
         except ImportError:
             return FileResult(shown)
-        return lint_notebook(path, opts, project, shown)
-    try:
-        src = read_source(path)
-    except SourceError as exc:
-        return FileResult(shown, error=str(exc))
-    return lint_text(path, src.text, opts, project, data=src.data, shown=shown, keep=keep)
+        res = lint_notebook(path, opts, project, shown)
+    else:
+        try:
+            src = read_source(path)
+        except SourceError as exc:
+            res = FileResult(shown, error=str(exc))
+        else:
+            res = lint_text(path, src.text, opts, project, data=src.data, shown=shown, keep=keep, raw=True)
+    return res if raw else render_result(res)
 
 
-def _worker(args, keep: Optional[dict] = None):
+def lint_job(args, keep: Optional[dict] = None):
     """Lint a file, or lint again the file ``keep`` holds the tree of (``keep["tree"]``);
     an exception becomes a TL000 finding."""
     from . import limits
@@ -475,10 +522,10 @@ def _worker(args, keep: Optional[dict] = None):
     try:
         with limits.file_budget():
             if keep is None:
-                return lint_path(path, opts, project)
+                return lint_path(path, opts, project, raw=True)
             if "tree" in keep:
                 return relint_kept(keep, opts, project)
-            return lint_path(path, opts, project, keep)
+            return lint_path(path, opts, project, keep, raw=True)
     except (limits.OverBudget, MemoryError) as exc:  # abandon the file; the run goes on
         if keep is not None:
             keep.clear()
@@ -486,149 +533,17 @@ def _worker(args, keep: Optional[dict] = None):
 
         gc.collect()  # the abandoned model's cycles (a pool worker freezes what survives a file)
         reason = str(exc) if isinstance(exc, limits.OverBudget) else "it needs more memory than there is"
-        r = FileResult(display_path(path))
+        r = FileResult(path_token(path))
         r.internal_error = True  # not cached: another machine may finish it
         r.findings.append(Finding("TL003", NotAnalysedRule.name, f"not analysed: {reason}", r.path,
                                   Span.of(1, 0, 1, 0), NotAnalysedRule.severity))
         return r
     except Exception as exc:  # never let one file stop the run
-        r = FileResult(display_path(path))
+        r = FileResult(path_token(path))
         r.internal_error = True
         r.findings.append(Finding("TL000", InternalErrorRule.name,
                                   f"internal error: {type(exc).__name__}: {exc}", r.path, Span.of(1, 0, 1, 0)))
         return r
-
-
-def build_project_modules(files) -> dict:
-    """Module key -> file for the tree (keys are dotted names, made unique per import root)."""
-    return ProjectIndex.for_files(files).modules
-
-
-def _answers(project: ProjectIndex, queries, memo: Optional[dict] = None) -> str:
-    """A hash of the part of the project's answers a file's rules used (see
-    ``model.project_answer``): function summaries by aspect (re-exports followed), class facts,
-    method resolution, callers. Answers a file did not use do not make it linted again."""
-    h = hashlib.sha256()
-    for q in queries:
-        if memo is not None:
-            got = memo.get(q)
-            if got is not None:
-                h.update(got)
-                continue
-        aspect, sep, rest = q.partition(":")
-        if not sep:
-            aspect, rest = "effects", q
-        if aspect == "called":
-            v = f"{rest in project.called}/{rest in project.called_under_no_grad}"
-        elif aspect in ("class", "fwd", "mode"):
-            key = project.resolve(rest)
-            facts = project.classes.get(key) or {}
-            if aspect == "class":  # is it an nn.Module
-                v = ["module"] if facts.get("is_module") else None
-            elif aspect == "fwd":  # what its forward returns
-                v = sorted(facts.get("forward") or ()) or None
-            else:  # a module class known not to depend on the mode (unknown: it may)
-                v = ["mode-free"] if facts.get("is_module") and facts.get("mode_sensitive") is False else None
-            v = [key] + v if v else None  # an ordinary class answers like an unknown one
-        elif aspect == "method":
-            cls_q, _, name = rest.rpartition(".")
-            m = project.method(cls_q, name)
-            m = project.resolve(m) if m else None
-            v = m if m and summary_has_effects(project.summaries.get(m)) else None
-        else:
-            key = project.resolve(rest)
-            v = project_answer(aspect, project.summaries.get(key))
-            v = [key, v] if v is not None else None  # where it resolves matters only if it does something
-        got = f"{q}={'null' if v is None else json.dumps(v, sort_keys=True)}".encode()
-        if memo is not None:
-            memo[q] = got
-        h.update(got)
-    return h.hexdigest()[:16]
-
-
-def _merge(project: ProjectIndex, results) -> None:
-    """The project's exports from ``results``; a cached result not read yet stays pending
-    (read when a name of its module is looked up)."""
-    project.clear_exports()
-    count_calls(project, results)
-    for r in results:
-        if r.is_lazy() and (not r.module or project.defer(r)):
-            continue  # read when a name of its module is looked up (a file not parsed has none)
-        project.add_exports(r.module, r.summaries, r.classes, r.reexports, r.stars)
-
-
-def count_calls(project: ProjectIndex, results) -> None:
-    """The project's sets of functions other modules call (at all; only under ``no_grad``)."""
-    base, extra, sets = called_parts(results)
-    called, under = (set(sets[0]), set(sets[1])) if sets is not None else (set(), set())
-    for q, (n, u) in extra.items():  # what differs from the snapshot's totals
-        b = base.get(q)
-        if b is not None:
-            n, u = n + b[0], u + b[1]
-        if n:
-            called.add(q)
-        else:
-            called.discard(q)
-        if n and u == n:
-            under.add(q)
-        else:
-            under.discard(q)
-    project.called, project.called_under_no_grad = called, under
-
-
-def called_counts(results) -> dict:
-    """qualname -> [calls from other modules, how many of them under ``no_grad``]. Cached
-    results not read yet count through their snapshot's totals."""
-    base, extra, _ = called_parts(results)
-    counts = {q: list(c) for q, c in base.items()}
-    for q, (n, u) in extra.items():
-        c = counts.get(q)
-        if c is None:
-            counts[q] = [n, u]
-        else:
-            c[0] += n
-            c[1] += u
-    return counts
-
-
-def called_parts(results) -> tuple:
-    """The calls-from-other-modules counts of ``results`` in two parts: ``base``, the totals of
-    the results of the last run's snapshot (shared: not to be changed), and ``extra`` (those of
-    the others, a few in a run where a few files changed), with ``base``'s sets of called
-    qualnames and of those called only under ``no_grad`` (``None`` when ``base`` is empty).
-    Copying a whole tree's counts (27,000 qualnames for torch) for each look cost more than
-    the lint of the file that changed."""
-    extra: dict = {}
-
-    def add(q, n, under) -> None:
-        c = extra.get(q)
-        if c is None:
-            c = extra[q] = [0, 0]
-        c[0] += n
-        c[1] += under
-
-    lazy: dict = {}
-    plain = []
-    for r in results:
-        src = r.__dict__.get("_lazy")
-        if src is not None:  # read or not, its calls are the snapshot's
-            lazy.setdefault(id(src.store), []).append(src)
-        else:
-            plain.append(r)
-    base: dict = {}
-    sets = None
-    for group in lazy.values():
-        keys = [src.key for src in group]
-        if sets is None:  # the first snapshot (usually the only one)
-            base = group[0].store.called_counts(keys)
-            sets = group[0].store.called_sets(keys)
-            continue
-        for q, (n, under) in group[0].store.called_counts(keys).items():
-            add(q, n, under)
-    for r in plain:
-        for q, off in r.called:
-            add(q, 1, bool(off))
-    return base, extra, sets
 
 
 def _queried_unparsed(project: ProjectIndex, files, results, fresh=None) -> list:
@@ -646,8 +561,7 @@ def _queried_unparsed(project: ProjectIndex, files, results, fresh=None) -> list
     out = set()
     seen: set = set()  # many files ask the same questions
     for r in askers:
-        for q in r.queries if r is not None else ():
-            q = q.rpartition(":")[2]  # the qualname, without its aspect
+        for _, q in r.queries if r is not None else ():
             if q in seen:
                 continue
             seen.add(q)
@@ -662,45 +576,21 @@ def _queried_unparsed(project: ProjectIndex, files, results, fresh=None) -> list
     return sorted(out)
 
 
-def _same_exports(cache, path: str, result, opts) -> bool:
-    """Whether ``result`` exports what its file exported in the last run (then no other
-    file's answers can differ from that run's because of it: an early cutoff)."""
+def _exports_since_last_run(cache, path: str, result, opts) -> str:
+    """``"same"`` when ``result`` exports what its file exported in the last run (then no
+    other file's answers can differ from that run's because of it: an early cutoff),
+    ``"new"`` when its module was not in the last run (as far as the cache knows: it may
+    change how imports resolve), else ``"changed"``."""
     if result.is_lazy():  # a result of the last run's snapshot, unread
-        return bool(getattr(result, "from_last_run", False))
-    last = cache.last_exports(path, opts) if getattr(cache, "last_exports", None) is not None else None
+        return "same" if getattr(result, "from_last_run", False) else "changed"
+    last = cache.last_exports(path, opts) if cache is not None else None
     if last is None or last[0] != result.module:
-        return False
+        return "new"
     try:
-        return json.dumps(last[1], sort_keys=True) == json.dumps(result.exports(), sort_keys=True)
+        same = json.dumps(last[1], sort_keys=True) == json.dumps(result.exports(), sort_keys=True)
     except (TypeError, ValueError):
-        return False
-
-
-def _may_depend(queries, changed: set) -> bool:
-    """Whether a file's questions concern one of the ``changed`` module keys (a cached file
-    whose questions do not cannot get different answers)."""
-    if len(changed) <= 4:  # a few edited files: prefix tests instead of walking each name
-        dotted = tuple(c + "." for c in changed)
-        for q in queries:
-            aspect, sep, name = q.partition(":")
-            if not sep:
-                name = q
-            elif aspect == "called":
-                return True
-            if name in changed or name.startswith(dotted):
-                return True
-        return False
-    for q in queries:
-        aspect, sep, rest = q.partition(":")
-        if sep and aspect == "called":
-            return True  # callers come from every module: recheck
-        name = rest if sep else q
-        head = name
-        while head:
-            if head in changed:
-                return True
-            head = head.rpartition(".")[0]
-    return False
+        same = False
+    return "same" if same else "changed"
 
 
 def _read_bytes(path: str) -> Optional[bytes]:
@@ -711,13 +601,15 @@ def _read_bytes(path: str) -> Optional[bytes]:
         return None
 
 
-def run(files, opts: LintOptions, jobs: int = 1, cache=None, progress=None) -> list:
+def run(files, opts: LintOptions, jobs: int = 1, cache=None, progress=None,
+        workspace: Optional[Workspace] = None) -> list:
     """Lint ``files``; returns FileResults in the order of ``files``.
 
     Files are linted imported-first (``schedule``), each against the exports of the files
     finished before it; then the files whose cross-module answers changed are linted again
     until nothing changes (at most a few rounds). ``progress``, if given, is called with 1
-    for each file of the first pass."""
+    for each file of the first pass. ``workspace`` (of ``files``), if given, holds the
+    project index of the results when it returns."""
     import gc
 
     from .discover import forget_packages
@@ -726,21 +618,13 @@ def run(files, opts: LintOptions, jobs: int = 1, cache=None, progress=None) -> l
     was_on = gc.isenabled()
     gc.disable()
     try:
-        return _run(files, opts, jobs, cache, progress)
+        # the paths are rendered now, relative to where this run is (the cache holds tokens)
+        return [render_result(r) for r in _run(files, opts, jobs, cache, progress, workspace)]
     finally:
         if was_on:
             gc.enable()
 
 
-# A parse allocates millions of libcst nodes that live until the file is done. The collector is
-# off inside ``lint_text`` (and the model's cycles are broken there). The run's own bookkeeping
-# (the cache's snapshot, the project's exports, the results: JSON-like data, no reference
-# cycles) is not walked either: ``run`` keeps the collector off, and a pool in this process
-# collects every GC_EVERY files. (A warm run decodes a few hundred thousand objects from the
-# cache; each automatic collection over them cost 12-80 ms of a 0.3 s run.) Pool workers
-# collect with these thresholds between files.
-_GC_THRESHOLD = (100_000, 50, 100)
-GC_EVERY = 256
 
 
 def _phase(progress, label: str, total: int):
@@ -756,18 +640,24 @@ def _phase(progress, label: str, total: int):
     return progress
 
 
-def _run(files, opts: LintOptions, jobs: int, cache, progress) -> list:
+def _run(files, opts: LintOptions, jobs: int, cache, progress, workspace) -> list:
     from dataclasses import replace
 
-    from .schedule import InlinePool, OrderedPool, dependency_order, fresh_project, import_graph
+    from .schedule import InlinePool, OrderedPool, dependency_order, import_graph
 
-    if cache is not None and getattr(cache, "get_run", None) is not None:
+    if workspace is not None and workspace.files != list(files):
+        raise ValueError("the workspace is not of the files linted")
+    if cache is not None:
         same = cache.get_run(files, opts)  # nothing changed since the last run
         if same is not None:
             if progress is not None:
                 progress(len(files))
+            if workspace is not None:
+                workspace.merge(same)
             return same
-    project = fresh_project(files)
+    if workspace is None:
+        workspace = Workspace(files)
+    project = workspace.index
     results: list = [None] * len(files)
     todo = []
     for i, f in enumerate(files):
@@ -794,11 +684,11 @@ def _run(files, opts: LintOptions, jobs: int, cache, progress) -> list:
     pool = None
     if jobs > 1 and len(todo) >= 4:
         try:
-            pool = OrderedPool(files, jobs, fresh_project(files, project))
+            pool = OrderedPool(files, jobs, workspace.blank())
         except (OSError, RuntimeError, ImportError):  # no processes here: lint in this one
             pool = None
     if pool is None:
-        pool = InlinePool(files, fresh_project(files, project))
+        pool = InlinePool(files, workspace.blank())
     relinted: set = set()
     try:
         pool.publish_cached([r for r in results if r is not None])
@@ -809,13 +699,12 @@ def _run(files, opts: LintOptions, jobs: int, cache, progress) -> list:
             results[i] = r
         # results that may disagree with the others: linted now, or cached entries of
         # different runs (those of the last run's snapshot agree with each other)
-        gone = cache is None or getattr(cache, "files_gone_since_last_run", None) is None \
-            or cache.files_gone_since_last_run(files, opts)
+        gone = cache is None or cache.files_gone_since_last_run(files, opts)
         fresh = set(order) | {i for i, r in enumerate(results)
                               if i not in todo_set and not getattr(r, "from_last_run", False)}
         # later passes: re-lint the files whose cross-module answers changed
         for _ in range(3):
-            _merge(project, results)
+            workspace.merge(results)
             # a module other modules ask about but the prefilter skipped (a helper with no
             # trigger words, e.g. one that only unpacks batches) is linted in full for its exports
             skipped = _queried_unparsed(project, files, results, fresh)
@@ -825,19 +714,21 @@ def _run(files, opts: LintOptions, jobs: int, cache, progress) -> list:
                     r.parsed = True  # do not ask again, even if it still exports nothing
                     results[i] = r
                     fresh.add(i)
-                _merge(project, results)
+                workspace.merge(results)
             memo: dict = {}  # many files ask the same questions
             # only files linted now can have changed what other modules see, and only those
             # whose exports differ from the last run's (an edit inside a function body, a
             # comment: nothing else is checked); a cached file is checked when its questions
             # concern one of their modules (all of them, cold)
-            stale = [i for i in fresh if not _same_exports(cache, files[i], results[i], opts)]
+            state = {i: _exports_since_last_run(cache, files[i], results[i], opts) for i in fresh}
+            stale = [i for i in fresh if state[i] != "same"]
             changed = {results[i].module for i in stale if results[i].module}
+            added = {results[i].module for i in stale if results[i].module and state[i] == "new"}
             check_all = len(changed) * 4 > len(files) or gone
             # (a cached result reads its questions only when they have to be checked)
             again = [i for i, r in enumerate(results)
-                     if (check_all or i in fresh or stale and r.queries and _may_depend(r.queries, changed))
-                     and r.queries and _answers(project, r.queries, memo) != r.answers]
+                     if (check_all or i in fresh or stale and r.queries and may_depend(r.queries, changed, added))
+                     and r.queries and project.answers(r.queries, memo) != r.answers]
             if not again:
                 break
             tick = _phase(progress, "files linted again (their imports changed)", len(again))
@@ -845,6 +736,7 @@ def _run(files, opts: LintOptions, jobs: int, cache, progress) -> list:
                 results[i] = r
                 relinted.add(i)
                 fresh.add(i)
+        workspace.merge(results)
     finally:
         pool.close()
     if cache is not None:
@@ -855,10 +747,6 @@ def _run(files, opts: LintOptions, jobs: int, cache, progress) -> list:
                 cache.put(f, opts, results[i])
                 if tick is not None:
                     tick(1)
-        put_run = getattr(cache, "put_run", None)
-        if put_run is not None:
-            put_run(files, opts, results)
-        flush = getattr(cache, "flush", None)
-        if flush is not None:
-            flush()
+        cache.put_run(files, opts, results)
+        cache.flush()
     return results

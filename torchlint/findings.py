@@ -6,7 +6,9 @@ own convention (1-based columns for text/JSON/SARIF, UTF-16 code units for LSP).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, asdict
+import os
+import re
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Optional
 
 SAFE = "safe"
@@ -144,3 +146,51 @@ class Finding:
             fingerprint=d.get("fingerprint", ""),
             scope=d.get("scope", ""),
         )
+
+
+# ------------------------------------------------------------------ paths
+# A lint names files (the finding's, and others' inside messages and related locations) by a
+# token holding the absolute path; the paths are rendered when the results are reported,
+# relative to where torchlint runs then. A cached result thus reads the same from any folder.
+_MARK = "\x1d"
+_TOKEN = re.compile(_MARK + "([^" + _MARK + "]*)" + _MARK)
+
+
+def path_token(path: str) -> str:
+    """How a lint names the file ``path`` (rendered by :func:`render_text`)."""
+    return f"{_MARK}{os.path.abspath(path)}{_MARK}"
+
+
+def display_path(path: str) -> str:
+    """``path`` relative to the current folder (absolute when it lies outside it)."""
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return path
+    return path if rel.startswith("..") and os.path.isabs(path) else rel
+
+
+def render_text(text):
+    """``text`` with each path token replaced by the path relative to the current folder."""
+    if not text or _MARK not in text:
+        return text
+    return _TOKEN.sub(lambda m: display_path(m.group(1)), text)
+
+
+def render_finding(f: "Finding") -> "Finding":
+    if _MARK not in f.path and _MARK not in f.message and not f.related and (f.fix is None or _MARK not in f.fix.message):
+        return f
+    related = tuple(Related(render_text(r.path), r.line, render_text(r.message)) for r in f.related)
+    fix = f.fix if f.fix is None or _MARK not in f.fix.message else replace(f.fix, message=render_text(f.fix.message))
+    return replace(f, path=render_text(f.path), message=render_text(f.message), related=related, fix=fix)
+
+
+def render_result(r):
+    """Render the paths of a ``FileResult``'s path, error and findings, in place (the
+    exports keep their tokens: they are for other lints, not for reports)."""
+    r.path = render_text(r.path)
+    if r.error:
+        r.error = render_text(r.error)
+    if r.findings:
+        r.findings = [render_finding(f) for f in r.findings]
+    return r

@@ -25,10 +25,11 @@ from typing import Optional
 import click
 import libcst as cst
 
-from .engine import _merge, build_project_modules, display_path, lint_text, run
+from .engine import lint_text, run
+from .findings import path_token, render_text
 from .findings import SAFE, UNSAFE, Finding
 from .fixes import apply_fixes_detailed, split_lines
-from .model import ProjectIndex
+from .project import ProjectIndex, Workspace
 from .source import SourceError, SourceFile, encode, read_source
 from .suppress import _NOQA, _CODE
 
@@ -185,7 +186,7 @@ def fix_text(path: str, text: str, opts, unsafe: bool = False, project: Optional
     ``first`` may hold the findings of a lint of exactly ``text`` with the same options and
     project (saves one lint).
     """
-    shown = shown or display_path(path)
+    shown = shown or path_token(path)
     return _fix_passes(_Text(path, opts, project, shown), text, unsafe, shown, max_passes, first, allowed)
 
 
@@ -194,7 +195,7 @@ def _fix_passes(doc, text, unsafe: bool, shown: str, max_passes: int = MAX_PASSE
     """Fix ``text`` (a module's text, or a notebook's cells: ``doc`` lints it and applies
     fixes to it) in passes: every edit applied is one of a lint of exactly the text it is
     applied to, and stays only if the result parses and its finding is gone."""
-    result = FileFix(shown, text, text)
+    result = FileFix(render_text(shown), text, text)
     bad: set = set()
     seen = {text}
     findings = first
@@ -336,10 +337,11 @@ def fix_files(runner, files, unsafe: bool = False, diff: bool = False, show: boo
     report = FixReport()
     files = list(files)
     opts = runner.opts
-    results = run(files, opts, jobs=getattr(runner, "jobs", 1) or 1, cache=getattr(runner, "cache", None))
-    project = ProjectIndex(modules=build_project_modules(files))
-    project.called, project.called_under_no_grad = set(), set()
-    _merge(project, results)
+    # the workspace of ``check``: the same module table, exports and calls between modules
+    workspace = Workspace(files)
+    results = run(files, opts, jobs=getattr(runner, "jobs", 1) or 1, cache=getattr(runner, "cache", None),
+                  workspace=workspace)
+    project = workspace.index
     allowed = fixable_codes(runner.cfg) if getattr(runner, "cfg", None) is not None else None
     diffs = []
     nb_fixed = 0

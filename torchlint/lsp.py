@@ -31,12 +31,13 @@ from . import __version__
 from .config import ConfigError, find_config_file, load_config
 from .docs import rule_markdown
 from .cache import Cache
-from .engine import _GC_THRESHOLD, LintOptions, _merge, build_project_modules, count_calls, lint_text, run
+from .engine import LintOptions, lint_text, run
+from .gcpolicy import WORKER_THRESHOLD
 from .findings import UNSAFE, Finding
 from .fixer import fix_text, fixable_codes, noqa_text
 from .fixes import split_lines
-from .model import ProjectIndex
 from .output import file_uri, lsp_diagnostic
+from .project import ProjectIndex, Workspace
 from .rule import all_rules
 from .selection import enabled_codes
 from .suppress import _CODE, _NOQA
@@ -109,6 +110,7 @@ class TorchlintServer(LanguageServer):
         super().__init__("torchlint", __version__, text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
         self.docs: dict = {}
         self.project: Optional[ProjectIndex] = None
+        self.project_workspace: Optional[Workspace] = None  # owns ``project``
         self.project_results: dict = {}  # path -> FileResult of the background workspace lint
         self.project_ready = threading.Event()
         self._settings: dict = {}  # config path (or "") -> _Settings
@@ -166,7 +168,7 @@ class TorchlintServer(LanguageServer):
     def lint_result(self, uri: str, text: str):
         path = uri_to_path(uri)
         settings = self.settings_for(path)
-        shown = path or uri
+        shown = None if path else uri  # a file: its paths are rendered in the lint
         lint_path = path or os.path.join(self._root() or os.getcwd(), "untitled.py")
         return lint_text(lint_path, text, settings.opts, self.project, shown=shown)
 
@@ -283,21 +285,23 @@ class TorchlintServer(LanguageServer):
             files = [f for f in d.files if f.endswith((".py", ".pyi"))][:MAX_WORKSPACE_FILES]
             # the CLI's cache: a workspace `torchlint check` has seen is indexed without parsing
             cache = Cache(cfg.cache_dir or os.path.join(cfg.root, ".torchlint_cache"))
-            results = run(files, settings.opts, jobs=1, cache=cache)
+            workspace = Workspace(files)
+            results = run(files, settings.opts, jobs=1, cache=cache, workspace=workspace)
             with self._lock:
                 self.project_results = dict(zip(files, results))
-                self.project = self._merged(files)
+                self.project_workspace = workspace
+                self.project = workspace.index
         except Exception:
             log.exception("indexing the workspace failed")
         finally:
             self.project_ready.set()
 
-    def _merged(self, files=None) -> ProjectIndex:
-        files = list(files if files is not None else self.project_results)
-        project = ProjectIndex(modules=build_project_modules(files))
-        project.called, project.called_under_no_grad = set(), set()
-        _merge(project, [self.project_results[f] for f in files])
-        return project
+    def _merged(self) -> ProjectIndex:
+        """The index of the workspace's files as they are now (a file joined it)."""
+        files = list(self.project_results)
+        self.project_workspace = Workspace(files)
+        self.project_workspace.merge([self.project_results[f] for f in files])
+        return self.project_workspace.index
 
     def refresh_saved(self, uri: str):
         """After a save: the file's summaries in the index are the saved text's. Returns
@@ -313,7 +317,7 @@ class TorchlintServer(LanguageServer):
                 old = self.project_results.get(path)
                 self.project_results[path] = res
                 if old is not None:  # a file of the index: swap its exports
-                    _replace_exports(self.project, old, res, self.project_results.values())
+                    self.project_workspace.replace(old, res, self.project_results.values())
                 else:  # a new file of the workspace: its module joins the table
                     self.project = self._merged()
             return text, res.findings
@@ -329,21 +333,6 @@ def crash_finding(shown: str, exc: BaseException) -> Finding:
 
     return Finding("TL000", InternalErrorRule.name, f"internal error: {type(exc).__name__}: {exc}", shown,
                    Span.of(1, 0, 1, 0))
-
-
-def _replace_exports(project: ProjectIndex, old, new, results) -> None:
-    """Swap one file's exports in ``project`` (``old`` -> ``new``) and recount the calls
-    between modules, instead of rebuilding the index of the whole workspace."""
-    if old is not None:
-        if old.module:
-            project.pending.pop(old.module, None)
-            dict.pop(project.stars, old.module, None)
-        for mine, theirs in ((project.summaries, old.summaries), (project.classes, old.classes),
-                             (project.reexports, old.reexports)):
-            for k in theirs:
-                dict.pop(mine, k, None)
-    project.add_exports(new.module, new.summaries, new.classes, new.reexports, new.stars)
-    count_calls(project, list(results))
 
 
 server = TorchlintServer()
@@ -521,7 +510,7 @@ def code_action(ls: TorchlintServer, params: types.CodeActionParams):
                and (settings.allowed is None or f.code in settings.allowed) for f in findings):
             with ls._lock:
                 ff = fix_text(path or "untitled.py", text, settings.opts, unsafe=False, project=ls.project,
-                              shown=path or uri, first=findings, allowed=settings.allowed)
+                              shown=None if path else uri, first=findings, allowed=settings.allowed)
             if ff.changed:
                 actions.append(types.CodeAction(
                     title="torchlint: fix all safely fixable problems", kind=FIX_ALL_KIND,
@@ -568,5 +557,5 @@ def hover(ls: TorchlintServer, params: types.HoverParams):
 def serve() -> None:
     """Run the server on stdin/stdout until the client says exit."""
     logging.basicConfig(level=logging.WARNING)
-    gc.set_threshold(*_GC_THRESHOLD)  # as a CLI run: a parse allocates millions of nodes
+    gc.set_threshold(*WORKER_THRESHOLD)  # as a CLI run: a parse allocates millions of nodes
     server.start_io()

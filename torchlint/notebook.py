@@ -123,7 +123,7 @@ def lint_notebook(path: str, opts, project, shown: str, data: Optional[bytes] = 
         nb = load(path, data)
     except NotebookError as exc:
         return FileResult(shown, error=str(exc))
-    res = lint_text(path, nb.text, opts, project, module_name=module_name(path), shown=shown)
+    res = lint_text(path, nb.text, opts, project, module_name=module_name(path), shown=shown, raw=True)
     to_cells(nb, res.findings)
     return res
 

@@ -3,8 +3,11 @@ module's results depend on.  Free of libcst: a run answered from the cache impor
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import sys
-from typing import Optional
+from enum import Enum
+from typing import NamedTuple, Optional
 
 _STDLIB = frozenset(getattr(sys, "stdlib_module_names", ())) - {"test"}
 # summary fields that describe a function rather than what it does
@@ -19,26 +22,54 @@ def summary_has_effects(summary: Optional[dict]) -> bool:
     return bool(summary) and any(v for k, v in summary.items() if k not in _SHAPE_KEYS)
 
 
-# What a module asked another module, and which part of the answer it used.  A question is
-# recorded as ``"<aspect>:<qualname>"`` (``qualname`` alone for "effects"); the engine hashes
-# only that part of the answer, so a file is linted again only when something it used changed.
-#   effects  what the function does (backward, step, clear, modes, moves ...), not what it returns
-#   ret      what the value of a call carries (RETURN_KEEP), for a call with no batch argument
-#   retb     the same for a call given a batch (a batch passed through stays a batch)
-#   exact    the whole summary (an unknown function is treated unlike a known one that does nothing)
-#   class    is it an nn.Module
-#   fwd      what its forward returns (probabilities, log-probabilities, ...)
-#   mode     is a module class known not to depend on train/eval mode
-#   method   which method a name on an imported class resolves to
-#   called   is it called from another module (under no_grad only?)
-def project_answer(aspect: str, summary: Optional[dict]):
+class Aspect(str, Enum):
+    """What a module asked about a name of the project, i.e. which part of the answer it used.
+    The engine hashes only that part, so a file is linted again only when something it used
+    changed (see :meth:`ProjectIndex.answer`)."""
+
+    EFFECTS = "effects"  # what the function does (backward, step, clear, modes, moves ...)
+    RET = "ret"  # what the value of a call carries (RETURN_KEEP), for a call with no batch argument
+    RETB = "retb"  # the same for a call given a batch (a batch passed through stays a batch)
+    EXACT = "exact"  # the whole summary (an unknown function is treated unlike one that does nothing)
+    CLASS = "class"  # is it an nn.Module
+    FWD = "fwd"  # what its forward returns (probabilities, log-probabilities, ...)
+    MODE = "mode"  # is a module class known not to depend on train/eval mode
+    METHOD = "method"  # which method a name on an imported class resolves to
+    CALLED = "called"  # is it called from another module (under no_grad only?)
+    RESOLVE = "resolve"  # where a key-qualified name leads through re-exports and star imports
+    MODULES = "modules"  # the tree modules (keys, import roots) under a top-level package name
+
+
+class Question(NamedTuple):
+    """One question a module asked about the project: an aspect and a qualified name."""
+
+    aspect: Aspect
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.aspect.value}:{self.name}"
+
+    @staticmethod
+    def parse(text: str) -> "Question":
+        aspect, sep, name = text.partition(":")
+        if not sep:  # the old form of a question about effects
+            return Question(Aspect.EFFECTS, text)
+        return Question(Aspect(aspect), name)
+
+
+def questions_of(texts) -> list:
+    """Questions from their stored text (``str(q)``)."""
+    return [Question.parse(t) for t in texts]
+
+
+def project_answer(aspect, summary: Optional[dict]):
     """The part of ``summary`` a question of ``aspect`` depends on (``None``: as if unknown)."""
     if not summary:
         return None
-    if aspect == "exact":
+    if aspect == Aspect.EXACT:
         return summary
-    if aspect in ("ret", "retb"):
-        keep = RETURN_KEEP | {"param_in", "moved"} if aspect == "retb" else RETURN_KEEP
+    if aspect in (Aspect.RET, Aspect.RETB):
+        keep = RETURN_KEEP | {"param_in", "moved"} if aspect == Aspect.RETB else RETURN_KEEP
         return sorted(set(summary.get("returns", ())) & keep) or None
     d = {k: v for k, v in summary.items() if k != "returns"}
     return d if summary_has_effects(d) else None
@@ -263,3 +294,315 @@ class ProjectIndex:
             if m is not None:
                 return m
         return None
+
+    # ------------------------------------------------------------------ answers
+    def modules_under(self, top: str) -> Optional[str]:
+        """A digest of the tree modules (keys and import roots) whose dotted name starts with
+        the top-level name ``top`` (``None``: there are none): what resolving an import of a
+        name under ``top`` depends on."""
+        tops = self.__dict__.get("_tops")
+        if tops is None:
+            tops = {}
+            for name, keys in self.by_name.items():
+                tops.setdefault(name.partition(".")[0], []).extend(
+                    (k, self.roots.get(k, "")) for k in keys)
+            tops = self._tops = {t: hashlib.sha1(json.dumps(sorted(v)).encode()).hexdigest()[:16]
+                                 for t, v in tops.items()}
+        return tops.get(top)
+
+    def answer(self, q: Question):
+        """The part of the project's answer to ``q`` that the asking module used (JSON-able;
+        ``None``: as if unknown)."""
+        aspect, rest = q
+        if aspect is Aspect.CALLED:
+            return f"{rest in self.called}/{rest in self.called_under_no_grad}"
+        if aspect is Aspect.MODULES:
+            return self.modules_under(rest)
+        if aspect is Aspect.RESOLVE:
+            return self.resolve(rest)
+        if aspect in (Aspect.CLASS, Aspect.FWD, Aspect.MODE):
+            key = self.resolve(rest)
+            facts = self.classes.get(key) or {}
+            if aspect is Aspect.CLASS:  # is it an nn.Module
+                v = ["module"] if facts.get("is_module") else None
+            elif aspect is Aspect.FWD:  # what its forward returns
+                v = sorted(facts.get("forward") or ()) or None
+            else:  # a module class known not to depend on the mode (unknown: it may)
+                v = ["mode-free"] if facts.get("is_module") and facts.get("mode_sensitive") is False else None
+            return [key] + v if v else None  # an ordinary class answers like an unknown one
+        if aspect is Aspect.METHOD:
+            cls_q, _, name = rest.rpartition(".")
+            m = self.method(cls_q, name)
+            m = self.resolve(m) if m else None
+            return m if m and summary_has_effects(self.summaries.get(m)) else None
+        key = self.resolve(rest)
+        v = project_answer(aspect, self.summaries.get(key))
+        return [key, v] if v is not None else None  # where it resolves matters only if it does something
+
+    def answers(self, queries, memo: Optional[dict] = None) -> str:
+        """A hash of the part of the project's answers a file's rules used (see ``answer``).
+        Answers a file did not use do not make it linted again. ``memo`` (question -> its
+        hashed bytes) is shared by the files of one check (many ask the same questions)."""
+        h = hashlib.sha256()
+        for q in queries:
+            got = memo.get(q) if memo is not None else None
+            if got is None:
+                v = self.answer(q)
+                got = f"{q}={'null' if v is None else json.dumps(v, sort_keys=True)}".encode()
+                if memo is not None:
+                    memo[q] = got
+            h.update(got)
+        return h.hexdigest()[:16]
+
+    def blank(self) -> "ProjectIndex":
+        """The same module table without any exports (a worker's replica starts from it)."""
+        p = ProjectIndex(dict(self.modules))
+        p.roots, p.key_of_path, p.by_name = self.roots, self.key_of_path, self.by_name
+        return p
+
+
+def may_depend(queries, changed: set, added: set = frozenset()) -> bool:
+    """Whether a file's questions concern one of the ``changed`` module keys (whose exports
+    changed) or a module of the ``added`` ones (new to the tree); a cached file whose
+    questions do not cannot get different answers."""
+    tops = {k.partition("@")[0].partition(".")[0] for k in added}
+    if len(changed) <= 4:  # a few edited files: prefix tests instead of walking each name
+        dotted = tuple(c + "." for c in changed)
+        for aspect, name in queries:
+            if aspect is Aspect.CALLED:
+                return True  # callers come from every module: recheck
+            if aspect is Aspect.MODULES:
+                if name in tops:
+                    return True
+                continue
+            if name in changed or name.startswith(dotted):
+                return True
+        return False
+    for aspect, name in queries:
+        if aspect is Aspect.CALLED:
+            return True
+        if aspect is Aspect.MODULES:
+            if name in tops:
+                return True
+            continue
+        head = name
+        while head:
+            if head in changed:
+                return True
+            head = head.rpartition(".")[0]
+    return False
+
+
+class ProjectView:
+    """The project as a module's model and rules see it: read-only, and every accessor
+    records the question it answers (``asked``: an :class:`Aspect` and a qualified name), so
+    nothing can read a fact of another module without the engine knowing that the module's
+    results depend on it (the answer check, ``may_depend`` and the cache use ``asked``)."""
+
+    __slots__ = ("_index", "asked", "_resolved")
+
+    def __init__(self, index: Optional[ProjectIndex] = None):
+        self._index = index if index is not None else ProjectIndex()
+        self.asked: set = set()
+        self._resolved: dict = {}
+
+    def _ask(self, aspect: Aspect, name: str) -> None:
+        self.asked.add(Question(aspect, name))
+
+    # the module table
+    def key_for(self, path: str, name: str) -> str:
+        """This module's own key (``name``, or ``name@<root hash>`` when several files share it)."""
+        self._ask(Aspect.MODULES, name.partition(".")[0])
+        return self._index.key_for(path, name)
+
+    def root_of(self, key: str, default: Optional[str] = None) -> Optional[str]:
+        self._ask(Aspect.MODULES, key.partition("@")[0].partition(".")[0])
+        return self._index.roots.get(key, default)
+
+    def has_module(self, key: str) -> bool:
+        self._ask(Aspect.MODULES, key.partition("@")[0].partition(".")[0])
+        return key in self._index.modules
+
+    def module_key(self, name: str, root: Optional[str] = None, here: Optional[str] = None) -> Optional[str]:
+        self._ask(Aspect.MODULES, name.partition(".")[0])
+        return self._index.module_key(name, root, here)
+
+    def locate(self, qual: Optional[str], root: Optional[str] = None,
+               here: Optional[str] = None) -> Optional[str]:
+        """``engine.train`` -> the key-qualified tree member it names (re-exports followed)."""
+        if not qual:
+            return None
+        self._ask(Aspect.MODULES, qual.partition(".")[0])
+        parts = qual.split(".")
+        idx = self._index
+        for i in range(len(parts) - 1, 0, -1):
+            key = idx.module_key(".".join(parts[:i]), root, here)
+            if key is not None:
+                return self.resolve(".".join([key] + parts[i:]))
+        return None
+
+    # other modules' exports
+    def resolve(self, qual: str) -> str:
+        self._ask(Aspect.RESOLVE, qual)
+        r = self._resolved.get(qual)
+        if r is None:  # asked many times over (every call, every aspect): resolved once
+            r = self._resolved[qual] = self._index.resolve(qual)
+        return r
+
+    def summary(self, qual: str, aspect: Aspect = Aspect.EFFECTS) -> Optional[dict]:
+        """The summary of the function ``qual`` leads to; the caller uses ``aspect`` of it."""
+        self._ask(Aspect(aspect), qual)
+        r = self._resolved.get(qual)
+        if r is None:
+            r = self._resolved[qual] = self._index.resolve(qual)
+        return self._index.summaries.get(r)
+
+    def class_facts(self, qual: str, aspect: Aspect = Aspect.CLASS) -> Optional[dict]:
+        """The facts of class ``qual``; the caller uses ``aspect`` of them."""
+        self._ask(Aspect(aspect), qual)
+        return self._index.classes.get(qual)
+
+    def method(self, cls_qual: str, name: str) -> Optional[str]:
+        self._ask(Aspect.METHOD, f"{cls_qual}.{name}")
+        return self._index.method(cls_qual, name)
+
+    def is_called(self, qual: str) -> bool:
+        """Whether another module of the tree calls ``qual``."""
+        self._ask(Aspect.CALLED, qual)
+        return qual in self._index.called
+
+    def only_called_under_no_grad(self, qual: str) -> bool:
+        """Whether other modules call ``qual``, all of them under ``no_grad``."""
+        self._ask(Aspect.CALLED, qual)
+        return qual in self._index.called_under_no_grad
+
+
+class Workspace:
+    """The one owner of the project index of a set of files: its module table (keys, import
+    roots), the exports of the files' results and the calls between modules. It is the only
+    way to build or change an index: the CLI (``engine.run``), the fixer and the language
+    server all go through it, so they see the same modules."""
+
+    def __init__(self, files):
+        self.files = list(files)
+        self._index: Optional[ProjectIndex] = None
+
+    @property
+    def index(self) -> ProjectIndex:
+        """The index (its module table computed on first use: it stats every folder up to
+        its package root)."""
+        if self._index is None:
+            self._index = ProjectIndex.for_files(self.files)
+        return self._index
+
+    def blank(self) -> ProjectIndex:
+        """An index with this module table and no exports (a worker's replica)."""
+        return self.index.blank()
+
+    def view(self) -> ProjectView:
+        return ProjectView(self.index)
+
+    def merge(self, results) -> None:
+        """The exports of ``results`` (all the files' results); a cached result not read yet
+        stays pending (read when a name of its module is looked up)."""
+        merge_into(self.index, results)
+
+    def replace(self, old, new, results) -> None:
+        """Swap one file's exports (``old`` -> ``new``) and recount the calls between modules
+        over ``results`` (all the files' results, ``new`` included), instead of merging the
+        whole tree again."""
+        p = self.index
+        if old is not None:
+            if old.module:
+                p.pending.pop(old.module, None)
+                dict.pop(p.stars, old.module, None)
+            for mine, theirs in ((p.summaries, old.summaries), (p.classes, old.classes),
+                                 (p.reexports, old.reexports)):
+                for k in theirs:
+                    dict.pop(mine, k, None)
+        p.add_exports(new.module, new.summaries, new.classes, new.reexports, new.stars)
+        count_calls(p, list(results))
+
+
+def merge_into(project: ProjectIndex, results) -> None:
+    """``project``'s exports from ``results`` (see :meth:`Workspace.merge`)."""
+    project.clear_exports()
+    count_calls(project, results)
+    for r in results:
+        if r.is_lazy() and (not r.module or project.defer(r)):
+            continue  # read when a name of its module is looked up (a file not parsed has none)
+        project.add_exports(r.module, r.summaries, r.classes, r.reexports, r.stars)
+
+
+def count_calls(project: ProjectIndex, results) -> None:
+    """The project's sets of functions other modules call (at all; only under ``no_grad``)."""
+    base, extra, sets = called_parts(results)
+    called, under = (set(sets[0]), set(sets[1])) if sets is not None else (set(), set())
+    for q, (n, u) in extra.items():  # what differs from the snapshot's totals
+        b = base.get(q)
+        if b is not None:
+            n, u = n + b[0], u + b[1]
+        if n:
+            called.add(q)
+        else:
+            called.discard(q)
+        if n and u == n:
+            under.add(q)
+        else:
+            under.discard(q)
+    project.called, project.called_under_no_grad = called, under
+
+
+def called_counts(results) -> dict:
+    """qualname -> [calls from other modules, how many of them under ``no_grad``]. Cached
+    results not read yet count through their snapshot's totals."""
+    base, extra, _ = called_parts(results)
+    counts = {q: list(c) for q, c in base.items()}
+    for q, (n, u) in extra.items():
+        c = counts.get(q)
+        if c is None:
+            counts[q] = [n, u]
+        else:
+            c[0] += n
+            c[1] += u
+    return counts
+
+
+def called_parts(results) -> tuple:
+    """The calls-from-other-modules counts of ``results`` in two parts: ``base``, the totals of
+    the results of the last run's snapshot (shared: not to be changed), and ``extra`` (those of
+    the others, a few in a run where a few files changed), with ``base``'s sets of called
+    qualnames and of those called only under ``no_grad`` (``None`` when ``base`` is empty).
+    Copying a whole tree's counts (27,000 qualnames for torch) for each look cost more than
+    the lint of the file that changed."""
+    extra: dict = {}
+
+    def add(q, n, under) -> None:
+        c = extra.get(q)
+        if c is None:
+            c = extra[q] = [0, 0]
+        c[0] += n
+        c[1] += under
+
+    lazy: dict = {}
+    plain = []
+    for r in results:
+        src = r.__dict__.get("_lazy")
+        if src is not None:  # read or not, its calls are the snapshot's
+            lazy.setdefault(id(src.store), []).append(src)
+        else:
+            plain.append(r)
+    base: dict = {}
+    sets = None
+    for group in lazy.values():
+        keys = [src.key for src in group]
+        if sets is None:  # the first snapshot (usually the only one)
+            base = group[0].store.called_counts(keys)
+            sets = group[0].store.called_sets(keys)
+            continue
+        for q, (n, under) in group[0].store.called_counts(keys).items():
+            add(q, n, under)
+    for r in plain:
+        for q, off in r.called:
+            add(q, 1, bool(off))
+    return base, extra, sets

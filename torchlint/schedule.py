@@ -29,6 +29,8 @@ import re
 import sys
 from typing import Optional
 
+from .project import Aspect
+
 _IMPORT_RE = re.compile(
     rb"^[ \t]*(?:from[ \t]+(\.*)[ \t]*([\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n#;]*)|import[ \t]+([^\n#;]+))",
     re.M)
@@ -329,15 +331,13 @@ class ProjectReplica:
         for q in queries:
             if not memo[q].endswith(b"=null"):
                 continue
-            aspect, sep, rest = q.partition(":")
-            if not sep:
-                aspect, rest = "effects", q
-            if aspect == "called":
-                continue  # asked of every caller, not of one module
-            if aspect == "method":
+            aspect, rest = q
+            if aspect in (Aspect.CALLED, Aspect.MODULES):
+                continue  # asked of every caller, not of one module; or of the module table
+            if aspect is Aspect.METHOD:
                 rest = rest.rpartition(".")[0]
             todo = [p.resolve(rest)]
-            for _ in range(8 if aspect == "method" else 1):
+            for _ in range(8 if aspect is Aspect.METHOD else 1):
                 bases = []
                 for key in todo:
                     mod = self.module_of(key)
@@ -351,7 +351,7 @@ class ProjectReplica:
                         # maybe in a module it star-imports
                         out.extend(f"{star}.{name}" for star in p.stars.get(mod, ())
                                    if star not in self.heard)
-                    if aspect == "method":
+                    if aspect is Aspect.METHOD:
                         facts = p.classes.get(key)
                         bases.extend(p.resolve(b) for b in (facts or {}).get("bases", ()))
                 if not bases:
@@ -456,7 +456,8 @@ def _worker_main(conn, project, parent_pid=None, inherited=()) -> None:
     import queue
     import threading
 
-    from .engine import _GC_THRESHOLD, _answers, _worker
+    from .engine import lint_job
+    from .gcpolicy import WORKER_THRESHOLD
 
     if parent_pid is not None:
         _die_with_parent(parent_pid, inherited)
@@ -473,7 +474,7 @@ def _worker_main(conn, project, parent_pid=None, inherited=()) -> None:
                 return
 
     threading.Thread(target=read, daemon=True).start()
-    gc.set_threshold(*_GC_THRESHOLD)
+    gc.set_threshold(*WORKER_THRESHOLD)
     replica = ProjectReplica(project)
     kept: dict = {}  # i -> what relinting file i without parsing it needs
     while True:
@@ -489,7 +490,7 @@ def _worker_main(conn, project, parent_pid=None, inherited=()) -> None:
             replica.apply(e)
         keep = kept.pop(i, None) if kind == "again" else None
         memo: dict = {}
-        if keep is not None and _answers(project, keep["result"].queries, memo) == keep["result"].answers:
+        if keep is not None and project.answers(keep["result"].queries, memo) == keep["result"].answers:
             # what it asked about is answered as before: so is the file
             r = keep["result"]
             same = True
@@ -497,9 +498,9 @@ def _worker_main(conn, project, parent_pid=None, inherited=()) -> None:
             same = False
             if keep is None:
                 keep = {}
-            r = _worker((path, opts, project), keep)
+            r = lint_job((path, opts, project), keep)
             memo = {}
-            r.answers = _answers(project, r.queries, memo)
+            r.answers = project.answers(r.queries, memo)
         awaited = replica.unheard(r.queries, memo) if "tree" in keep else []
         if awaited:
             keep["result"] = r
@@ -518,20 +519,6 @@ def _worker_main(conn, project, parent_pid=None, inherited=()) -> None:
             return
 
 
-def fresh_project(files, like=None):
-    """An empty project for ``files`` (the module table of ``like`` when given: computing it
-    stats every folder up to its package root)."""
-    from .project import ProjectIndex
-
-    if like is None:
-        project = ProjectIndex.for_files(files)
-    else:
-        project = ProjectIndex(dict(like.modules))
-        project.roots, project.key_of_path, project.by_name = like.roots, like.key_of_path, like.by_name
-    project.called, project.called_under_no_grad = set(), set()
-    return project
-
-
 class InlinePool:
     """The same interface in this process (``-j 1``, or too few files for a pool)."""
 
@@ -544,27 +531,26 @@ class InlinePool:
 
     def publish_cached(self, results) -> None:
         """The cached results, all at once (nothing to replace yet)."""
-        from .engine import _merge, called_parts
+        from .project import called_parts, merge_into
 
-        _merge(self.project, results)
+        merge_into(self.project, results)
         base, extra, _ = called_parts(results)
         self.replica.counts = _Counts(base, extra)
         for r in results:  # a cached result is read only if a later result replaces it
             self.replica.by_file[r.path] = r if r.is_lazy() else exports_of(r)
 
     def run(self, order, opts_for, deps=None, progress=None) -> dict:
-        from .engine import _answers, _worker
-
         import gc
 
-        from .engine import GC_EVERY
+        from .engine import lint_job
+        from .gcpolicy import GC_EVERY
 
         results = {}
         for n, i in enumerate(order, 1):
             if n % GC_EVERY == 0:
                 gc.collect()
-            r = _worker((self.files[i], opts_for(i), self.project))
-            r.answers = _answers(self.project, r.queries)
+            r = lint_job((self.files[i], opts_for(i), self.project))
+            r.answers = self.project.answers(r.queries)
             results[i] = r
             self.publish(r)
             if progress is not None:
@@ -631,7 +617,8 @@ class OrderedPool:
         and the engine's answer check lints it again if needed."""
         from multiprocessing.connection import wait
 
-        from .engine import FileResult, InternalErrorRule, display_path
+        from .engine import FileResult, InternalErrorRule
+        from .findings import path_token
         from .findings import Finding, Span
 
         waiting = {i: set(deps[i]) for i in order} if deps is not None else {}
@@ -684,8 +671,10 @@ class OrderedPool:
 
         def asked_files(r) -> set:
             asked = set()
-            for q in r.queries:
-                j = self._file_of(q.rpartition(":")[2])
+            for aspect, name in r.queries:
+                if aspect is Aspect.MODULES:
+                    continue
+                j = self._file_of(name)
                 if j is not None and j in in_order:
                     asked.add(j)
             return asked
@@ -805,7 +794,7 @@ class OrderedPool:
                     i = worker_died(w)
                     if i in done:  # checking a kept file: its result stands
                         continue
-                    r = FileResult(display_path(self.files[i]))
+                    r = FileResult(path_token(self.files[i]))
                     r.internal_error = True
                     r.findings.append(Finding("TL000", InternalErrorRule.name,
                                               "internal error: the worker process linting this file died",

@@ -13,7 +13,7 @@ import libcst as cst
 from libcst.metadata import CodePosition, CodeRange, MetadataWrapper, PositionProvider
 
 from ..parse import _STRING
-from ..project import RETURN_KEEP, ProjectIndex, project_answer, summary_has_effects  # noqa: F401
+from ..project import RETURN_KEEP, Aspect, ProjectIndex, ProjectView, project_answer, summary_has_effects  # noqa: F401
 from . import catalog
 from .binder import Binder, ClassModel, FunctionModel, ImportTable, dotted
 from .dataflow import Dataflow
@@ -126,7 +126,10 @@ class ModuleModel:
         self.text = text
         self.module = module
         self.module_name = module_name
-        self.project = project or ProjectIndex()
+        # the other modules of the tree, seen only through a view that records every
+        # question asked of it (``external_queries``): see ``project.ProjectView``
+        self.project = ProjectView(project)
+        self.external_queries = self.project.asked
         self.imports = ImportTable(module_name, is_package)
         # cross-module identity: the key other modules' summaries use for this one, its
         # import root and its folder (imports of a script resolve there first)
@@ -135,9 +138,8 @@ class ModuleModel:
         import os as _os
 
         self.here = _os.path.dirname(_os.path.abspath(path)) if path else None
-        self.root = self.project.roots.get(self.module_name, self.here)
+        self.root = self.project.root_of(self.module_name, self.here)
         self._located: dict = {}
-        self._resolved: dict = {}  # an external qualname -> where the project's re-exports lead
         self._dataflow_state: dict = {}
         self.binder = Binder(module, self.imports)
         self.binder.bind()
@@ -155,7 +157,6 @@ class ModuleModel:
         self._class_is_module: dict = {}
         self._forward_facts: dict = {}
         self._return_facts: dict = {}
-        self.external_queries: set[str] = set()  # qualnames of other modules' functions asked for
         self._lines = None
         self._def_index = None
         for fn in self.all_functions:
@@ -213,8 +214,7 @@ class ModuleModel:
         q = self.external_class_name(name)
         if q is None:
             return None
-        self.external_queries.add(f"{aspect}:{q}")
-        return self.project.classes.get(q)
+        return self.project.class_facts(q, Aspect(aspect))
 
     def class_is_module(self, cls: ClassModel) -> bool:
         r = self._class_is_module.get(cls.qualname)
@@ -444,7 +444,6 @@ class ModuleModel:
                 continue
             ext = self.external_class_name(raw)
             if ext is not None:
-                self.external_queries.add(f"method:{ext}.{name}")
                 q = self.project.method(ext, name)
                 if q is not None:
                     mod, _, nm = self._split(q)
@@ -456,7 +455,7 @@ class ModuleModel:
         parts = q.split(".")
         for i in range(len(parts) - 1, 0, -1):
             mod = ".".join(parts[:i])
-            if mod in self.project.modules:
+            if self.project.has_module(mod):
                 return mod, ".", ".".join(parts[i:])
         return q.rpartition(".")
 
@@ -465,12 +464,11 @@ class ModuleModel:
         if loc is None:
             return None
         mod, _, nm = self._split(loc)
-        if mod not in self.project.modules:
+        if not self.project.has_module(mod):
             return None
         if "." in nm:
             # Class.method of an imported class (a static or class method), maybe inherited
             cls_q, _, meth = loc.rpartition(".")
-            self.external_queries.add(f"method:{cls_q}.{meth}")
             m = self.project.method(cls_q, meth)
             if m is not None:
                 mod, _, nm = self._split(m)
@@ -485,11 +483,7 @@ class ModuleModel:
         if target is None:
             return None
         if isinstance(target, ExternalRef):
-            q = self._resolved.get(target.qualname)
-            if q is None:  # asked many times over (every call, every aspect): resolved once
-                q = self._resolved[target.qualname] = self.project.resolve(target.qualname)
-            self.external_queries.add(q if aspect == "effects" else f"{aspect}:{q}")
-            return self.project.summaries.get(q)
+            return self.project.summary(target.qualname, Aspect(aspect))
         key = id(target)
         s = self._summaries.get(key)
         if s is not None:
@@ -586,8 +580,7 @@ class ModuleModel:
         """What the forward of a model class of another tree module returns (its export)."""
         if not qual or "." not in qual:
             return frozenset()
-        self.external_queries.add("fwd:" + qual)
-        facts = self.project.classes.get(qual) or {}
+        facts = self.project.class_facts(qual, Aspect.FWD) or {}
         return frozenset(facts.get("forward", ()))
 
     def class_forward_facts(self, cls: ClassModel) -> frozenset:
