@@ -94,7 +94,7 @@ def test_the_model_sees_the_project_only_through_a_recording_view(tmp_path):
                       "summary", "class_facts", "method", "is_called", "only_called_under_no_grad"}
     before = set(mm.project.asked)
     assert mm.project.only_called_under_no_grad("helpers.grab")
-    assert Question(Aspect.CALLED, "helpers.grab") in mm.project.asked - before
+    assert Question(Aspect.NO_GRAD_CALLERS, "helpers.grab") in mm.project.asked - before
     # the rules and the model never name the index
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     for folder in ("rules", os.path.join("torchlint", "model")):

@@ -647,13 +647,13 @@ def _run(files, opts: LintOptions, jobs: int, cache, progress, workspace) -> lis
 
     if workspace is not None and workspace.files != list(files):
         raise ValueError("the workspace is not of the files linted")
-    if cache is not None:
-        same = cache.get_run(files, opts)  # nothing changed since the last run
+    if cache is not None and workspace is None:
+        # nothing changed since the last run: its findings (without the exports a workspace
+        # needs: it reads them from the cache's entries below)
+        same = cache.get_run(files, opts)
         if same is not None:
             if progress is not None:
                 progress(len(files))
-            if workspace is not None:
-                workspace.merge(same)
             return same
     if workspace is None:
         workspace = Workspace(files)

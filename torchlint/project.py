@@ -35,7 +35,8 @@ class Aspect(str, Enum):
     FWD = "fwd"  # what its forward returns (probabilities, log-probabilities, ...)
     MODE = "mode"  # is a module class known not to depend on train/eval mode
     METHOD = "method"  # which method a name on an imported class resolves to
-    CALLED = "called"  # is it called from another module (under no_grad only?)
+    CALLED = "called"  # is it called from another module
+    NO_GRAD_CALLERS = "nograd"  # is it called from other modules, all of them under no_grad
     RESOLVE = "resolve"  # where a key-qualified name leads through re-exports and star imports
     MODULES = "modules"  # the tree modules (keys, import roots) under a top-level package name
 
@@ -275,7 +276,9 @@ class ProjectIndex:
                 else:
                     # a method reached through a re-exported class: pkg.Trainer.fit
                     head, _, last = qual.rpartition(".")
-                    if head in self.reexports and head != qual:
+                    # (not a module's own name that its package re-exports: ``pkg.f`` of
+                    # ``from .f import f`` is the function, ``pkg.f.f`` the module's member)
+                    if head in self.reexports and head != qual and head not in self.modules:
                         qual = f"{self.reexports[head]}.{last}"
                     else:
                         return qual
@@ -315,7 +318,9 @@ class ProjectIndex:
         ``None``: as if unknown)."""
         aspect, rest = q
         if aspect is Aspect.CALLED:
-            return f"{rest in self.called}/{rest in self.called_under_no_grad}"
+            return rest in self.called or None
+        if aspect is Aspect.NO_GRAD_CALLERS:
+            return rest in self.called_under_no_grad or None
         if aspect is Aspect.MODULES:
             return self.modules_under(rest)
         if aspect is Aspect.RESOLVE:
@@ -361,6 +366,9 @@ class ProjectIndex:
         return p
 
 
+_CALLERS = (Aspect.CALLED, Aspect.NO_GRAD_CALLERS)
+
+
 def may_depend(queries, changed: set, added: set = frozenset()) -> bool:
     """Whether a file's questions concern one of the ``changed`` module keys (whose exports
     changed) or a module of the ``added`` ones (new to the tree); a cached file whose
@@ -369,7 +377,7 @@ def may_depend(queries, changed: set, added: set = frozenset()) -> bool:
     if len(changed) <= 4:  # a few edited files: prefix tests instead of walking each name
         dotted = tuple(c + "." for c in changed)
         for aspect, name in queries:
-            if aspect is Aspect.CALLED:
+            if aspect in _CALLERS:
                 return True  # callers come from every module: recheck
             if aspect is Aspect.MODULES:
                 if name in tops:
@@ -379,7 +387,7 @@ def may_depend(queries, changed: set, added: set = frozenset()) -> bool:
                 return True
         return False
     for aspect, name in queries:
-        if aspect is Aspect.CALLED:
+        if aspect in _CALLERS:
             return True
         if aspect is Aspect.MODULES:
             if name in tops:
@@ -473,7 +481,7 @@ class ProjectView:
 
     def only_called_under_no_grad(self, qual: str) -> bool:
         """Whether other modules call ``qual``, all of them under ``no_grad``."""
-        self._ask(Aspect.CALLED, qual)
+        self._ask(Aspect.NO_GRAD_CALLERS, qual)
         return qual in self._index.called_under_no_grad
 
 
