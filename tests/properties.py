@@ -1,0 +1,226 @@
+"""Small multi-module training projects and random edit sequences, for the property that a
+tree gets one answer whatever the cache, the jobs or the command: a cached run, ``--no-cache
+-j1``, ``-j2``, the language server's lint and what ``--fix --diff`` acts on all agree.
+
+Used by ``tests/test_properties.py`` (a few hundred edit steps) and
+``benchmarks/properties.py`` (thousands).
+"""
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import dataclass, field
+
+# What a helper can do; each is one realistic line (or wrapper) of training code.
+HELPER_BODIES = {
+    "eval": "    model.eval()\n",
+    "train": "    model.train()\n",
+    "zero_grad": "    optimizer.zero_grad()\n",
+    "step": "    optimizer.step()\n",
+    "data": "    out = model(x)\n    return out.data\n",
+    "forward": "    return model(x)\n",
+}
+PARAMS = {"eval": "model", "train": "model", "zero_grad": "optimizer", "step": "optimizer",
+          "data": "model, x", "forward": "model, x"}
+
+
+@dataclass
+class Helper:
+    name: str
+    kind: str
+    module: str  # helpers or utils
+    comment: str = ""
+    no_grad: bool = False  # its body runs under torch.no_grad()
+
+    def source(self) -> str:
+        head = f"def {self.name}({PARAMS[self.kind]}):{self.comment}\n"
+        body = HELPER_BODIES[self.kind]
+        if self.no_grad:
+            body = "    with torch.no_grad():\n" + "".join("    " + ln + "\n" for ln in body.splitlines())
+        return head + body
+
+
+@dataclass
+class Project:
+    helpers: list = field(default_factory=list)
+    # calls in train.py's loop and in its evaluation function: helper names
+    loop_calls: list = field(default_factory=list)
+    eval_calls: list = field(default_factory=list)
+    eval_no_grad: bool = True
+    loop_zero_grad: bool = False
+    header_comment: str = ""
+
+    def files(self) -> dict:
+        out = {}
+        for mod in ("helpers", "utils"):
+            hs = [h for h in self.helpers if h.module == mod]
+            out[f"{mod}.py"] = "import torch\n\n\n" + "\n\n".join(h.source() for h in hs)
+        by_mod: dict = {}
+        for h in self.helpers:
+            by_mod.setdefault(h.module, []).append(h.name)
+        imports = "".join(f"from {m} import {', '.join(sorted(ns))}\n" for m, ns in sorted(by_mod.items()))
+        args = {h.name: PARAMS[h.kind] for h in self.helpers}
+        loop = "".join(f"            {c}({args[c]})\n" for c in self.loop_calls if c in args)
+        ev = "".join(f"{'        ' if self.eval_no_grad else '    '}    {c}({args[c]})\n"
+                     for c in self.eval_calls if c in args)
+        out["train.py"] = (
+            f"{self.header_comment}import torch\nimport torch.nn as nn\n{imports}\n\n"
+            "def evaluate(model, loader):\n"
+            + ("    with torch.no_grad():\n        for x, y in loader:\n" if self.eval_no_grad
+               else "    for x, y in loader:\n")
+            + (ev or ("            model(x)\n" if self.eval_no_grad else "        model(x)\n"))
+            + "\n\ndef fit(model, loader, optimizer, loss_fn, epochs):\n"
+            "    for epoch in range(epochs):\n"
+            "        model.train()\n"
+            "        for x, y in loader:\n"
+            + ("            optimizer.zero_grad()\n" if self.loop_zero_grad else "")
+            + loop
+            + "            loss = loss_fn(model(x), y)\n"
+            "            loss.backward()\n"
+            "            optimizer.step()\n"
+            "        evaluate(model, loader)\n"
+            "\n\ndef main(loader):\n"
+            "    model = nn.Sequential(nn.Linear(8, 8), nn.Dropout(0.1))\n"
+            "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+            "    fit(model, loader, optimizer, nn.CrossEntropyLoss(), 3)\n"
+        )
+        # a fourth module that only imports, so that -j2 runs a pool (4 files or more)
+        out["run.py"] = "from train import main\n\n\nif __name__ == '__main__':\n    main([])\n"
+        return out
+
+
+def random_project(rng: random.Random) -> Project:
+    p = Project()
+    for i in range(rng.randint(1, 4)):
+        p.helpers.append(Helper(f"h{i}", rng.choice(sorted(HELPER_BODIES)), rng.choice(("helpers", "utils"))))
+    names = [h.name for h in p.helpers]
+    p.loop_calls = rng.sample(names, rng.randint(0, len(names)))
+    p.eval_calls = rng.sample(names, rng.randint(0, len(names)))
+    p.eval_no_grad = rng.random() < 0.7
+    p.loop_zero_grad = rng.random() < 0.5
+    return p
+
+
+def edit(p: Project, rng: random.Random) -> str:
+    """One random edit of ``p``, in place; returns what it was."""
+    what = rng.choice(("comment", "header", "kind", "rename", "move", "no_grad", "eval_no_grad",
+                       "zero_grad", "call", "add"))
+    h = rng.choice(p.helpers) if p.helpers else None
+    if what == "comment" and h:
+        h.comment = "" if h.comment else f"  # reviewed {rng.randint(0, 99)}"
+    elif what == "header":
+        p.header_comment = "" if p.header_comment else "# training entry point\n"
+    elif what == "kind" and h:
+        h.kind = rng.choice(sorted(HELPER_BODIES))
+    elif what == "rename" and h:
+        new = f"{h.name}x" if len(h.name) < 6 else h.name[:2]
+        if all(o.name != new for o in p.helpers):
+            p.loop_calls = [new if c == h.name else c for c in p.loop_calls]
+            p.eval_calls = [new if c == h.name else c for c in p.eval_calls]
+            h.name = new
+    elif what == "move" and h:
+        h.module = "utils" if h.module == "helpers" else "helpers"
+    elif what == "no_grad" and h:
+        h.no_grad = not h.no_grad
+    elif what == "eval_no_grad":
+        p.eval_no_grad = not p.eval_no_grad
+    elif what == "zero_grad":
+        p.loop_zero_grad = not p.loop_zero_grad
+    elif what == "call" and h:
+        calls = rng.choice((p.loop_calls, p.eval_calls))
+        if h.name in calls:
+            calls.remove(h.name)
+        else:
+            calls.append(h.name)
+    elif what == "add" and len(p.helpers) < 5:
+        taken = {o.name for o in p.helpers}
+        name = next(f"h{i}" for i in range(10) if f"h{i}" not in taken)
+        p.helpers.append(Helper(name, rng.choice(sorted(HELPER_BODIES)), rng.choice(("helpers", "utils"))))
+    return what
+
+
+def write(root: str, p: Project) -> list:
+    paths = []
+    for name, text in sorted(p.files().items()):
+        path = os.path.join(root, name)
+        old = None
+        if os.path.exists(path):
+            with open(path) as fh:
+                old = fh.read()
+        if old != text:
+            with open(path, "w") as fh:  # (the cache re-hashes a file written seconds ago)
+                fh.write(text)
+        paths.append(path)
+    return paths
+
+
+def findings(results) -> list:
+    return sorted((r.path, f.code, f.line, f.column, f.message) for r in results for f in r.findings)
+
+
+class Checker:
+    """Lints one project folder every way there is and says where they disagree."""
+
+    def __init__(self, root: str, cache_dir: str):
+        from torchlint.engine import LintOptions
+        from torchlint.selection import enabled_codes
+
+        self.root, self.cache_dir = root, cache_dir
+        self.opts = LintOptions(frozenset(enabled_codes(["TL"], [], [])), root=root)
+
+    def check(self, paths, jobs2: bool = False, lsp: bool = True, fix: bool = True) -> list:
+        """The disagreements (empty: all agree) of the ways of linting ``paths``."""
+        from torchlint.cache import Cache
+        from torchlint.engine import lint_text, run
+        from torchlint.project import Workspace
+
+        bad = []
+        cold = findings(run(paths, self.opts, jobs=1))
+        cached = findings(run(paths, self.opts, jobs=1, cache=Cache(self.cache_dir)))
+        if cached != cold:
+            bad.append(("cached", cached, cold))
+        if jobs2:
+            two = findings(run(paths, self.opts, jobs=2))
+            if two != cold:
+                bad.append(("-j2", two, cold))
+        if lsp or fix:
+            # the language server's index: the workspace's run through the CLI's cache, then
+            # each document linted against it (``TorchlintServer.lint_result``)
+            ws = Workspace(paths)
+            run(paths, self.opts, jobs=1, cache=Cache(self.cache_dir), workspace=ws)
+            docs = []
+            for path in paths:
+                with open(path) as fh:
+                    docs.append(lint_text(path, fh.read(), self.opts, ws.index))
+            if lsp and findings(docs) != cold:
+                bad.append(("lsp", findings(docs), cold))
+        if fix:
+            bad.extend(self._fix_disagreements(paths, cold))
+        return bad
+
+    def _fix_disagreements(self, paths, cold) -> list:
+        """The fixes ``--fix --diff --unsafe-fixes`` applies in its first pass must be those of
+        findings that ``check`` reports (later passes lint the fixed text: a fix may uncover
+        another finding, e.g. a loop wrapped in ``no_grad`` becomes evaluation code)."""
+        import io
+        from contextlib import redirect_stderr, redirect_stdout
+
+        from torchlint import fixer
+        from torchlint.config import Config
+        from torchlint.runner import Runner
+
+        runner = Runner(Config(root=self.root), ["TL"], [], [], jobs=1, cache=None, progress=False)
+        real = fixer.fix_text
+        fixer.fix_text = lambda *a, **k: real(*a, **dict(k, max_passes=1))
+        try:
+            with redirect_stdout(io.StringIO()), redirect_stderr(io.StringIO()):
+                report = fixer.fix_files(runner, paths, unsafe=True, diff=True)
+        finally:
+            fixer.fix_text = real
+        reported = {(os.path.abspath(p), code, line) for p, code, line, _, _ in cold}
+        out = []
+        for ff in report.files:
+            for a in ff.applied:
+                if (os.path.abspath(ff.path), a.code, a.line) not in reported:
+                    out.append(("fix", ff.path, a.code, a.line))
+        return out
