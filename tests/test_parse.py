@@ -235,3 +235,41 @@ def test_mutated_real_files_parse_in_pieces_as_they_parse_whole(small_pieces):
         ours = parse_module(src)
         assert ours.code == whole.code
         assert ours.deep_equals(whole)
+
+
+def test_libcst_is_pinned_to_the_versions_the_parser_is_tested_with():
+    """``parse.py`` replaces libcst internals during a parse (pieces joined into one tree, node
+    validation off): the package pins the libcst versions that is tested with, the installed
+    one is among them, and with another version the parse is plain ``libcst.parse_module``."""
+    import re
+
+    import libcst as cst
+
+    from torchlint import parse
+
+    try:
+        import tomllib
+    except ImportError:  # Python < 3.11
+        import tomli as tomllib
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "pyproject.toml"), "rb") as fh:
+        deps = tomllib.load(fh)["project"]["dependencies"]
+    spec = next(d for d in deps if d.startswith("libcst"))
+    low = tuple(int(x) for x in re.search(r">=([\d.]+)", spec).group(1).split(".")[:2])
+    high = tuple(int(x) for x in re.search(r"<([\d.]+)", spec).group(1).split(".")[:2])
+    assert [v for v in parse.TESTED_LIBCST if low <= v < high] == list(parse.TESTED_LIBCST)
+    assert low == min(parse.TESTED_LIBCST) and high == (max(parse.TESTED_LIBCST)[0], max(parse.TESTED_LIBCST)[1] + 1)
+    assert parse.libcst_version() in parse.TESTED_LIBCST
+    text = "".join(f"def f{i}(x):\n    return x + {i}\n\n\n" for i in range(200))
+    parse._TESTED[:] = [False]  # an untested libcst: libcst's own parse, no swap
+    try:
+        seen = []
+        real = cst.parse_module
+        cst.parse_module = lambda t, *a, **k: seen.append(len(t)) or real(t, *a, **k)
+        try:
+            module = parse.parse_module(text)
+        finally:
+            cst.parse_module = real
+        assert seen == [len(text)] and module.deep_equals(real(text))
+    finally:
+        parse._TESTED[:] = []

@@ -471,9 +471,15 @@ def parse_module(text: str):
     ``_validate``: whitespace regexes, parenthesis balance...). Nodes the parser produces are
     valid by construction, and those checks are ~14% of a parse (libcst's own comment there
     suggests moving them out of parsing). They are switched off for the parse only: nodes built
-    later (fixes) are validated as usual."""
+    later (fixes) are validated as usual.
+
+    Both rely on libcst's internals, so they are used only with the libcst versions they are
+    tested with (``TESTED_LIBCST``, the range ``pyproject.toml`` pins); with any other,
+    this is plain ``libcst.parse_module``."""
     import libcst as cst
 
+    if not _tested_libcst():
+        return cst.parse_module(text)
     node_cls = getattr(cst, "CSTNode", None)
     if node_cls is None or "__post_init__" not in node_cls.__dict__:
         return _parse_in_pieces(text)
@@ -490,6 +496,27 @@ def parse_module(text: str):
 
 def _no_validation(self) -> None:
     return None
+
+
+# the (major, minor) versions of libcst the pieces and the validation switch are tested with
+# (``tests/test_parse.py`` checks that ``pyproject.toml`` pins this range)
+TESTED_LIBCST = ((1, 9),)
+_TESTED: list = []
+
+
+def libcst_version() -> tuple:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return tuple(int(x) for x in version("libcst").split(".")[:2])
+    except (PackageNotFoundError, ValueError):
+        return ()
+
+
+def _tested_libcst() -> bool:
+    if not _TESTED:
+        _TESTED.append(libcst_version() in TESTED_LIBCST)
+    return _TESTED[0]
 
 
 _POST_INIT: list = []
