@@ -10,8 +10,6 @@ For each corpus, in one invocation, on the same files and the same number of pro
 * torchlint warm     (cache filled, nothing changed: no file parsed)
 * torchlint touched  (one file edited: it is re-linted, plus the files whose answers changed;
                       the most imported module, and a file of the median size)
-* torchlint daemon   (warm and touched again, answered by ``torchlint daemon``: a process that
-                      keeps the imports warm and forks a worker per request)
 * torchlint lsp      (the language server in the same tree, its index read from that cache:
                       from saving an edit of the same file to its diagnostics, a long-lived
                       process as in an editor; needs ``torchlint[lsp]``)
@@ -409,24 +407,6 @@ def bench_corpus(name, root, args, scratch) -> dict:
         cmd = torchlint_cmd([root], cache, jobs)
         row("torchlint touched", touched_run(cmd, root, touched))
         row("torchlint touched, median file", touched_run(cmd, root, median))
-        if "daemon" in args.tools:
-            # the same commands, answered by a `torchlint daemon` (imports kept warm, a forked
-            # worker per request); its socket lives in the scratch folder
-            denv = {"XDG_RUNTIME_DIR": os.path.join(scratch, "run")}
-            os.makedirs(denv["XDG_RUNTIME_DIR"], mode=0o700, exist_ok=True)
-            start = subprocess.run([sys.executable, "-m", "torchlint", "daemon", "start"], env=_env(denv),
-                                   capture_output=True, text=True)
-            if start.returncode == 0:
-                try:
-                    _run(cmd, denv)  # its first request (the parent's pages are still cold)
-                    row("torchlint warm (daemon)", _run(cmd, denv))
-                    row("torchlint touched (daemon)", touched_run(cmd, root, touched, denv))
-                    row("torchlint touched, median file (daemon)", touched_run(cmd, root, median, denv))
-                finally:
-                    subprocess.run([sys.executable, "-m", "torchlint", "daemon", "stop"], env=_env(denv),
-                                   capture_output=True)
-            else:
-                print(f"  torchlint daemon: not measured ({start.stderr.strip()})", file=sys.stderr)
         if "lsp" in args.tools:
             try:
                 r = lsp_save(root, cache, touched)
@@ -518,7 +498,7 @@ def main(argv=None) -> int:
     ap.add_argument("checkouts", nargs="*", help="more corpora (folders)")
     ap.add_argument("--jobs", "-j", type=int, default=2)
     ap.add_argument("--no-torch", action="store_true", help="skip the installed torch package's source")
-    ap.add_argument("--tools", default="torchlint,daemon,lsp,torchfix,libcst,ruff")
+    ap.add_argument("--tools", default="torchlint,lsp,torchfix,libcst,ruff")
     ap.add_argument("--torchfix", default="/tmp/tfenv/bin/torchfix" if os.path.exists("/tmp/tfenv/bin/torchfix") else None)
     ap.add_argument("--torchfix-every", type=int, default=1,
                     help="run TorchFix on every K-th file only (it is slow); compared by lines/s")

@@ -4,9 +4,6 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# the tests' `torchlint` processes lint in process, never through a developer's running
-# `torchlint daemon` (tests/test_daemon.py starts its own, with this variable removed)
-os.environ.setdefault("TORCHLINT_NO_DAEMON", "1")
 FIXTURES = os.path.join(ROOT, "fixtures")
 
 

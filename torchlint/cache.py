@@ -40,25 +40,6 @@ MAX_AGE_S = 30 * 24 * 3600
 KEEP_SNAPSHOTS = 8
 PRUNE_EVERY_S = 24 * 3600
 
-# Writes of a run's snapshot and stat index that wait until its report is out (the daemon's
-# worker answers its client first, then writes them: the next run only needs them to be fast,
-# and until they are replaced it reads the previous ones, which stay consistent).
-_DEFERRED: list = []
-_defer = False
-
-
-def defer_writes(on: bool = True) -> None:
-    """From now on, keep the run snapshot and index writes for :func:`write_deferred`."""
-    global _defer
-    _defer = on
-
-
-def write_deferred() -> None:
-    """Do the writes kept by :func:`defer_writes` (in order)."""
-    while _DEFERRED:
-        _DEFERRED.pop(0)()
-
-
 class Cache:
     def __init__(self, directory: str):
         self.dir = directory
@@ -247,9 +228,6 @@ class Cache:
 
     def flush(self) -> None:
         """Write the index (when it changed); the engine calls this at the end of a run."""
-        if _defer:
-            _DEFERRED.append(self._flush)
-            return
         self._flush()
 
     def _flush(self) -> None:
@@ -482,9 +460,6 @@ class Cache:
         results for the next run where something changed: an index (findings, questions,
         where each result's exports are) and one blob of exports, copied as they are for the
         results that were not read."""
-        if _defer:
-            _DEFERRED.append(lambda: self._put_run(files, opts, results))
-            return
         self._put_run(files, opts, results)
 
     def _put_run(self, files, opts, results) -> None:

@@ -1,7 +1,6 @@
 """The command line: `torchlint [check] PATH...`, `torchlint rule CODE`, `torchlint rules`, ...
 
-The `torchlint` command enters through `torchlint/client.py`, which hands a plain `check` to a
-running `torchlint daemon` (`torchlint/daemon.py`) and otherwise calls `main` here.
+The `torchlint` command enters through `torchlint/client.py`, which calls `main` here.
 
 Exit codes follow ruff: 0 nothing found, 1 findings reported, 2 usage, configuration or
 internal errors.  A traceback never reaches the user unless `--verbose` is given.
@@ -83,13 +82,11 @@ def _codes(values):
 @click.option("--stdin-filename", metavar="PATH",
               help="Read the source from stdin (also with PATH `-`) and report it under this name; "
                    "the configuration and per-file ignores of that path apply.")
-@click.option("--no-daemon", is_flag=True, help="Lint in this process even when a `torchlint daemon` is running.")
 def check(paths, select, ignore, extend_select, output_format, output_file, statistics, exit_zero, quiet,
           verbose, config_path, no_cache, cache_dir, jobs, fix, unsafe_fixes, diff, show_fixes, fix_only,
           baseline, write_baseline, add_noqa, changed_since, force_exclude, no_progress, color, dynamic, device, entry,
-          steps, timeout, stdin_filename, no_daemon):
+          steps, timeout, stdin_filename):
     """Lint PATHS (files or directories; default: the current directory; `-`: the source on stdin)."""
-    del no_daemon  # torchlint/client.py decided before this process imported click
     kwargs = dict(locals())
     interrupted = _watch_interrupts()
     try:
@@ -273,64 +270,3 @@ def confirm_cmd(paths, device, entry, steps, timeout, select, output_format):
                     jobs=None, cache=None, verbose=False, progress=False)
     sys.exit(runner.main(paths, output_format=output_format, dynamic=True, device=device, entry=entry,
                          steps=steps, timeout=timeout))
-
-
-@main.group("daemon")
-def daemon_group():
-    """Keep torchlint loaded in the background, so that each `check` skips the start-up.
-
-    A running daemon serves every plain `torchlint check` of this environment (never `--dynamic`,
-    nor with `--no-daemon` or TORCHLINT_NO_DAEMON=1); without one, checks run as before.
-    """
-
-
-def _daemon_call(fn, *args) -> None:
-    from .client import DaemonError
-
-    try:
-        code = fn(*args)
-    except DaemonError as exc:
-        _err(str(exc))
-        code = EXIT_ERROR
-    except OSError as exc:
-        _err(f"daemon: {exc}")
-        code = EXIT_ERROR
-    sys.exit(code)
-
-
-_IDLE = click.option("--idle-timeout", type=click.FloatRange(min=0), default=28800.0, show_default=True,
-                     help="Exit after this many seconds without a request (0: never).")
-
-
-@daemon_group.command("start")
-@_IDLE
-def daemon_start(idle_timeout):
-    """Start a daemon in the background (nothing happens if one is running)."""
-    from .daemon import start
-
-    _daemon_call(start, idle_timeout)
-
-
-@daemon_group.command("stop")
-def daemon_stop():
-    """Stop the daemon, if one is running."""
-    from .daemon import stop
-
-    _daemon_call(stop)
-
-
-@daemon_group.command("status")
-def daemon_status():
-    """Show the running daemon (exit 0), or exit 1 when none runs."""
-    from .daemon import status
-
-    _daemon_call(status)
-
-
-@daemon_group.command("run")
-@_IDLE
-def daemon_run(idle_timeout):
-    """Run the daemon in the foreground (what `start` runs in the background; log on stderr)."""
-    from .daemon import run
-
-    _daemon_call(run, idle_timeout)
