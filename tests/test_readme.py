@@ -164,14 +164,13 @@ def test_readme_usage_commands_run_and_exit_as_documented(tmp_path):
     shutil.copytree(os.path.join(ROOT, "fixtures", "mode", "bad"), src)
     (src / "train.py").write_text(BUGGY)
     (tmp_path / "train.py").write_text(BUGGY)
-    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
-               TORCHLINT_NO_DAEMON="1")
+    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
     ran = []
     for line in _usage_block():
         cmd = line.split("  #", 1)[0].strip()
         sub = cmd.split()[1]
-        if sub in ("lsp", "daemon", "confirm"):
-            continue  # a server, a background process, the opt-in dynamic mode (tests/test_dynamic.py)
+        if sub in ("lsp", "confirm"):
+            continue  # a server, the opt-in dynamic mode (tests/test_dynamic.py)
         r = subprocess.run(["bash", "-c", cmd], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
         lints = sub not in ("rule", "rules", "-V")
         expected = 1 if lints else 0
