@@ -211,7 +211,7 @@ def test_readme_local_precommit_hook_blocks_a_buggy_commit(tmp_path):
     local = next(s for s in _precommit_snippets() if s["repos"][0]["repo"] == "local")
     env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
                PRE_COMMIT_HOME=str(tmp_path / "pc-home"), GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@e",
-               GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@e", TORCHLINT_NO_DAEMON="1")
+               GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@e")
     work = tmp_path / "work"
     work.mkdir()
     (work / ".pre-commit-config.yaml").write_text(yaml.safe_dump(local))
@@ -252,7 +252,7 @@ def test_readme_precommit_snippet_runs_through_try_repo(tmp_path):
     if subprocess.run(["git", "rev-parse", "--git-dir"], cwd=ROOT, capture_output=True).returncode != 0:
         pytest.skip("not a git checkout")
     env = dict(os.environ, PRE_COMMIT_HOME=str(tmp_path / "pc-home"), GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@e",
-               GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@e", TORCHLINT_NO_DAEMON="1")
+               GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@e")
     work = tmp_path / "work"
     work.mkdir()
     (work / "train.py").write_text(BUGGY)
