@@ -69,7 +69,7 @@ def _poison(cache_dir, key):
         if not isinstance(d, dict):
             continue
         for r in cachefiles.results_in(d):
-            if r["path"].endswith("mlp.py"):
+            if r["path"].strip("\x1d").endswith("mlp.py"):  # (a path token: findings.path_token)
                 del r["findings"][:]
             for x in r["findings"]:
                 x["message"] = "looks fine"
