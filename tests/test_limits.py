@@ -333,7 +333,8 @@ def test_fix_refuses_a_hard_linked_file_and_says_why(tmp_path):
 # ---------------------------------------------------------------- a file's budget
 def test_a_file_over_its_time_budget_is_skipped_and_the_next_one_linted(tmp_path, monkeypatch):
     from torchlint import limits
-    from torchlint.engine import LintOptions, _worker
+    from torchlint.engine import LintOptions
+    from torchlint.engine import lint_job as _worker
     from torchlint.selection import enabled_codes
 
     body = BUGGY.replace("def train(", "def train_{i}(").replace("def main(", "def main_{i}(")

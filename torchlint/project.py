@@ -353,7 +353,7 @@ class ProjectIndex:
             got = memo.get(q) if memo is not None else None
             if got is None:
                 v = self.answer(q)
-                got = f"{q}={'null' if v is None else json.dumps(v, sort_keys=True)}".encode()
+                got = f"{q}={'null' if v is None else json.dumps(v, sort_keys=True)}".encode("utf-8", "surrogatepass")
                 if memo is not None:
                     memo[q] = got
             h.update(got)
