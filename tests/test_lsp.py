@@ -390,3 +390,14 @@ async def test_a_too_deep_document_is_a_diagnostic_and_the_server_stays_up(clien
     deep.replace(TRAIN)
     await _wait(client, deep.uri, lambda d: "TL103" in _codes(d))
 
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the server's memory from /proc")
+def test_memory_stays_flat_over_hundreds_of_edits():
+    """pygls kept every notification's future (and the text of every change): ~2.3 KB per
+    didChange, for ever. benchmarks/lsp_memory.py runs 10,000 edits."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+    from lsp_memory import session
+
+    out = asyncio.run(session(edits=600, lines=60, wait_every=60, debounce_ms=300, report=lambda *a: None))
+    assert out["per_edit_bytes"] < 800, out["samples"]

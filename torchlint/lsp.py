@@ -388,8 +388,22 @@ def _index_then_refresh(ls: TorchlintServer) -> None:
             return
 
 
+def _forget_finished(ls: TorchlintServer) -> None:
+    """pygls (2.0) files the future of every notification it handles (its own text
+    synchronisation and our handler, each with its params: the text of every change) in its
+    table of requests and never takes it out: about 2 KB per ``didChange`` for the server's
+    lifetime. The finished ones are dropped here, on every notification about a document (a
+    request's future is dropped by pygls itself when it answers, so dropping it first is
+    harmless)."""
+    futures = getattr(getattr(ls, "protocol", None), "_request_futures", None)
+    if isinstance(futures, dict):
+        for key in [k for k, f in futures.items() if f.done()]:
+            del futures[key]
+
+
 @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
 async def did_open(ls: TorchlintServer, params: types.DidOpenTextDocumentParams):
+    _forget_finished(ls)
     uri = params.text_document.uri
     ls.docs[uri] = DocState()
     ls.schedule(uri, 0.0)
@@ -397,6 +411,7 @@ async def did_open(ls: TorchlintServer, params: types.DidOpenTextDocumentParams)
 
 @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
 async def did_change(ls: TorchlintServer, params: types.DidChangeTextDocumentParams):
+    _forget_finished(ls)
     uri = params.text_document.uri
     if uri not in ls.docs:
         ls.docs[uri] = DocState()
@@ -405,6 +420,7 @@ async def did_change(ls: TorchlintServer, params: types.DidChangeTextDocumentPar
 
 @server.feature(types.TEXT_DOCUMENT_DID_SAVE)
 async def did_save(ls: TorchlintServer, params: types.DidSaveTextDocumentParams):
+    _forget_finished(ls)
     uri = params.text_document.uri
     state = ls.docs.get(uri)
     if state is None:
@@ -430,6 +446,7 @@ async def did_save(ls: TorchlintServer, params: types.DidSaveTextDocumentParams)
 
 @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
 async def did_close(ls: TorchlintServer, params: types.DidCloseTextDocumentParams):
+    _forget_finished(ls)
     uri = params.text_document.uri
     state = ls.docs.pop(uri, None)
     if state is not None and state.task is not None and not state.task.done():
