@@ -203,7 +203,7 @@ class DataAttribute(Rule):
         "tensor without any shape, dtype or device check. `x.detach()` for reads and "
         "`with torch.no_grad():` for in-place updates are the supported spellings.\n\n"
         "Reported: `.data` written on a tensor produced by the model or derived from it; `.data` "
-        "read from such a tensor inside a module's methods (`forward`) or where the value "
+        "read from such a tensor inside a module's `forward` or where the value "
         "reaches the loss that is differentiated (a stop-gradient target written as `.data`), "
         "outside `no_grad`; `.data` writes on parameters inside a training loop (a loop "
         "whose iterations run `backward()` or `optimizer.step()`: weight clipping, hand-written "
@@ -272,7 +272,7 @@ target = online(x2).detach()
                                "autograd's back; gradients become silently wrong (modify a "
                                "`.detach()`ed copy or use an out-of-place op)")
                         yield Report(d.node, msg, scope=fn.qualname)
-                    elif mm.is_module_method(fn) or reaches_backward(mm, fn, d.op, d.node):
+                    elif (fn.name == "forward" and mm.is_module_method(fn)) or reaches_backward(mm, fn, d.op, d.node):
                         # inside forward, or on the way to the loss: a gradient silently cut;
                         # a read for logging or metrics (`running += loss.data`) is harmless
                         msg = ("`.data` silently detaches a tensor of the autograd graph; use "
