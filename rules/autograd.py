@@ -108,16 +108,28 @@ class InplaceOnSavedTensor(Rule):
         "updates are fine and not reported."
     )
     example = """\
-def forward(self, x):
-    gate = torch.sigmoid(self.gate(x))
-    gate *= keep_mask          # sigmoid's backward needs its output
-    return gate * self.value(x)
+class GatedBlock(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.gate = nn.Linear(dim, dim)
+        self.value = nn.Linear(dim, dim)
+
+    def forward(self, x, keep_mask):
+        gate = torch.sigmoid(self.gate(x))
+        gate *= keep_mask          # sigmoid's backward needs its output
+        return gate * self.value(x)
 """
     use_instead = """\
-def forward(self, x):
-    gate = torch.sigmoid(self.gate(x))
-    gate = gate * keep_mask
-    return gate * self.value(x)
+class GatedBlock(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.gate = nn.Linear(dim, dim)
+        self.value = nn.Linear(dim, dim)
+
+    def forward(self, x, keep_mask):
+        gate = torch.sigmoid(self.gate(x))
+        gate = gate * keep_mask
+        return gate * self.value(x)
 """
     known_problems = (
         "Only tensors whose origin is visible in the same function are checked: a tensor "
@@ -215,17 +227,27 @@ class DataAttribute(Rule):
         "freezing, loading weights), and `p.grad.data` (see the option)."
     )
     example = """\
-for p in critic.parameters():
-    p.data.clamp_(-0.01, 0.01)
-
-target = online(x2).data
+for real, _ in loader:
+    noise = torch.randn(real.size(0), 100, 1, 1)
+    fake = netG(noise).data
+    optimizerD.zero_grad()
+    loss_d = netD(fake).mean() - netD(real).mean()
+    loss_d.backward()
+    optimizerD.step()
+    for p in netD.parameters():
+        p.data.clamp_(-0.01, 0.01)
 """
     use_instead = """\
-with torch.no_grad():
-    for p in critic.parameters():
-        p.clamp_(-0.01, 0.01)
-
-target = online(x2).detach()
+for real, _ in loader:
+    noise = torch.randn(real.size(0), 100, 1, 1)
+    fake = netG(noise).detach()
+    optimizerD.zero_grad()
+    loss_d = netD(fake).mean() - netD(real).mean()
+    loss_d.backward()
+    optimizerD.step()
+    with torch.no_grad():
+        for p in netD.parameters():
+            p.clamp_(-0.01, 0.01)
 """
     fix_safety = "unsafe"
     fix_doc = ("`loss.data[0]` becomes `loss.item()` (safe: the only value a 0-dim tensor has). "

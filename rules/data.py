@@ -155,12 +155,20 @@ class ArgmaxWithoutDim(Rule):
         "of raising an error. `max()` without `dim` likewise returns the single largest value."
     )
     example = """\
-logits = model(x)
-correct += (logits.argmax() == y).sum().item()
+model.eval()
+correct = 0
+with torch.no_grad():
+    for x, y in val_loader:
+        logits = model(x)
+        correct += (logits.argmax() == y).sum().item()
 """
     use_instead = """\
-logits = model(x)
-correct += (logits.argmax(dim=1) == y).sum().item()
+model.eval()
+correct = 0
+with torch.no_grad():
+    for x, y in val_loader:
+        logits = model(x)
+        correct += (logits.argmax(dim=1) == y).sum().item()
 """
     known_problems = ("Only outputs of models (or their softmax/log-softmax) compared with "
                       "loader batches are checked; a deliberate flattened argmax (an action "

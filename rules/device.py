@@ -68,18 +68,26 @@ class TensorNotMovedToDevice(Rule):
         "where it was. Forgetting to move the targets fails the same way in the loss."
     )
     example = """\
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 model = Net().to(device)
+loader = DataLoader(train_set, batch_size=64, shuffle=True)
 for x, y in loader:
     optimizer.zero_grad()
     x.to(device)
     loss = criterion(model(x), y)
+    loss.backward()
+    optimizer.step()
 """
     use_instead = """\
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 model = Net().to(device)
+loader = DataLoader(train_set, batch_size=64, shuffle=True)
 for x, y in loader:
     optimizer.zero_grad()
     x, y = x.to(device), y.to(device)
     loss = criterion(model(x), y)
+    loss.backward()
+    optimizer.step()
 """
     known_problems = (
         "Only loaders built with `DataLoader(...)` in the linted code are followed: batches "
@@ -234,15 +242,25 @@ class TensorCreatedWithoutDevice(Rule):
     )
     example = """\
 class Encoder(nn.Module):
-    def forward(self, x):
-        positions = torch.arange(x.size(1))
-        return x + self.pos_embedding(positions)
+    def __init__(self, vocab_size, dim, max_len=512):
+        super().__init__()
+        self.tok_embedding = nn.Embedding(vocab_size, dim)
+        self.pos_embedding = nn.Embedding(max_len, dim)
+
+    def forward(self, tokens):
+        positions = torch.arange(tokens.size(1))
+        return self.tok_embedding(tokens) + self.pos_embedding(positions)
 """
     use_instead = """\
 class Encoder(nn.Module):
-    def forward(self, x):
-        positions = torch.arange(x.size(1), device=x.device)
-        return x + self.pos_embedding(positions)
+    def __init__(self, vocab_size, dim, max_len=512):
+        super().__init__()
+        self.tok_embedding = nn.Embedding(vocab_size, dim)
+        self.pos_embedding = nn.Embedding(max_len, dim)
+
+    def forward(self, tokens):
+        positions = torch.arange(tokens.size(1), device=tokens.device)
+        return self.tok_embedding(tokens) + self.pos_embedding(positions)
 """
     known_problems = (
         "0-dim tensors (`torch.tensor(2.0)`) may be mixed with CUDA tensors and are not "

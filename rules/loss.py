@@ -202,9 +202,16 @@ class NllLossWithoutLogSoftmax(Rule):
     )
     example = """\
 class Net(nn.Module):
-    def forward(self, x):
-        return self.fc(x)
+    def __init__(self):
+        super().__init__()
+        self.hidden = nn.Linear(784, 128)
+        self.fc = nn.Linear(128, 10)
 
+    def forward(self, x):
+        return self.fc(F.relu(self.hidden(x)))
+
+
+model = Net()
 loss = F.nll_loss(model(x), y)
 """
     use_instead = """\

@@ -226,17 +226,32 @@ class TrainAfterEval(Rule):
         "batch-norm statistics frozen: the model trains, just worse, and nothing reports it."
     )
     example = """\
-for epoch in range(epochs):
+def evaluate(model, loader):
+    model.eval()
+    correct = 0
+    with torch.no_grad():
+        for x, y in loader:
+            correct += (model(x).argmax(dim=1) == y).sum().item()
+    return correct / len(loader.dataset)
+
+
+for epoch in range(num_epochs):
     for x, y in train_loader:
-        ...
-    evaluate(model, val_loader)  # calls model.eval()
+        optimizer.zero_grad()
+        loss = criterion(model(x), y)
+        loss.backward()
+        optimizer.step()
+    accuracy = evaluate(model, val_loader)
 """
     use_instead = """\
-for epoch in range(epochs):
+for epoch in range(num_epochs):
     model.train()
     for x, y in train_loader:
-        ...
-    evaluate(model, val_loader)
+        optimizer.zero_grad()
+        loss = criterion(model(x), y)
+        loss.backward()
+        optimizer.step()
+    accuracy = evaluate(model, val_loader)
 """
     fix_safety = "unsafe"
     fix_doc = ("Inserts `model.train()` before the training code. Unsafe when the model is meant "

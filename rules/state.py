@@ -62,7 +62,12 @@ class StateDictSnapshotAlias(Rule):
     example = """\
 best_acc, best_state = 0.0, None
 for epoch in range(epochs):
-    train_one_epoch(model, train_loader, optimizer)
+    model.train()
+    for x, y in train_loader:
+        optimizer.zero_grad()
+        loss = criterion(model(x), y)
+        loss.backward()
+        optimizer.step()
     acc = evaluate(model, val_loader)
     if acc > best_acc:
         best_acc, best_state = acc, model.state_dict()
@@ -71,7 +76,12 @@ model.load_state_dict(best_state)
     use_instead = """\
 best_acc, best_state = 0.0, None
 for epoch in range(epochs):
-    train_one_epoch(model, train_loader, optimizer)
+    model.train()
+    for x, y in train_loader:
+        optimizer.zero_grad()
+        loss = criterion(model(x), y)
+        loss.backward()
+        optimizer.step()
     acc = evaluate(model, val_loader)
     if acc > best_acc:
         best_acc, best_state = acc, copy.deepcopy(model.state_dict())

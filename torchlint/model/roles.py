@@ -797,6 +797,12 @@ def classify(mm, fn, resolver: RoleResolver) -> None:
         if fkind is not None or (q.startswith("torch.nn.functional.") and q.endswith("_loss")):
             op.kind, op.info = LOSS, fkind or catalog.OTHER_LOSS
             continue
+        if op.func is None and isinstance(op.node.func, cst.Call):
+            # ``nn.CrossEntropyLoss()(logits, y)``: a loss module built and called at once
+            role, info = resolver.of_expr(fn, op.node.func)
+            if role == catalog.LOSS:
+                op.kind, op.info = LOSS, info
+                continue
         if op.func is not None:
             role, info = resolver.of_path(fn, op.func)
             if role == catalog.MODEL:
