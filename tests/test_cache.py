@@ -10,11 +10,11 @@ import pytest
 
 from torchlint.cache import Cache
 from torchlint.engine import LintOptions, run
-from torchlint.selection import enabled_codes
+from torchlint.selection import enabled_codes, preview_codes
 from sample_projects import ENGINE as HELPERS  # written as helpers.py here
 import cachefiles
 
-OPTS = LintOptions(frozenset(enabled_codes(["TL"], [], ["TL201"])))  # preview rules too
+OPTS = LintOptions(frozenset(enabled_codes(["TL"], [], sorted(preview_codes()))))  # preview rules too
 
 
 MAIN = """
@@ -307,7 +307,7 @@ def test_cache_directory_is_tagged_and_ignored_by_git(tmp_path, tree):
 def test_options_are_part_of_the_key(tmp_path, tree, parses):
     src, paths = tree
     run(paths, OPTS, cache=Cache(str(tmp_path / "c")))
-    only = LintOptions(frozenset(enabled_codes(["TL2"], [], [])))
+    only = LintOptions(frozenset(enabled_codes(["TL2"], [], [c for c in preview_codes() if c.startswith("TL2")])))
     del parses[:]
     c = Cache(str(tmp_path / "c"))
     res = _found(run(paths, only, cache=c))
@@ -416,6 +416,11 @@ def test_edits_do_not_grow_the_cache(tmp_path, tree):
         assert len(_entries(cdir)) == len(first)
 
 
+def _with_preview(sel):
+    """The rules ``sel`` selects, preview rules of those prefixes included."""
+    return LintOptions(frozenset(enabled_codes(sel, [], [c for c in preview_codes() if any(c.startswith(x) for x in sel)])))
+
+
 def test_prune_removes_old_entries_and_least_recently_used_snapshots(tmp_path, tree):
     import time
 
@@ -425,7 +430,7 @@ def test_prune_removes_old_entries_and_least_recently_used_snapshots(tmp_path, t
     cdir = tmp_path / "c"
     selections = [["TL"], ["TL1"], ["TL2"], ["TL3"], ["TL4"], ["TL5"], ["TL6"], ["TL7"], ["TL8"], ["TL1", "TL2"]]
     for sel in selections:  # one snapshot set per option set, the first one used longest ago
-        run(paths, LintOptions(frozenset(enabled_codes(sel, [], []))), cache=Cache(str(cdir)))
+        run(paths, _with_preview(sel), cache=Cache(str(cdir)))
     v = next(p for p in cdir.iterdir() if p.name.startswith("v"))
     snaps = lambda: {p.name.split(".")[0].split("-")[1] for p in v.iterdir() if p.name.startswith("run-")}
     assert len(snaps()) == len(selections)
@@ -444,11 +449,11 @@ def test_prune_removes_old_entries_and_least_recently_used_snapshots(tmp_path, t
     assert c.prune(now) > 0
     kept = snaps()
     assert len(kept) == cache_mod.KEEP_SNAPSHOTS
-    first_two = {Cache(str(cdir))._fingerprint(LintOptions(frozenset(enabled_codes(sel, [], []))))
+    first_two = {Cache(str(cdir))._fingerprint(_with_preview(sel))
                  for sel in selections[:2]}
     assert kept == before - first_two  # the two used longest ago went
     assert not os.path.exists(stale)
     # what is left still works: a warm run of the last options, same findings
     warm = Cache(str(cdir))
-    last = LintOptions(frozenset(enabled_codes(selections[-1], [], [])))
+    last = _with_preview(selections[-1])
     assert _found(run(paths, last, cache=warm)) == {"main.py": ["TL202:11"], "lonely.py": ["TL103:8"]}

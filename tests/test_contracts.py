@@ -81,12 +81,12 @@ def test_the_model_sees_the_project_only_through_a_recording_view(tmp_path):
     from torchlint.engine import LintOptions, run
     from torchlint.model import ModuleModel
     from torchlint.project import Aspect, ProjectIndex, ProjectView, Question, Workspace
-    from torchlint.selection import enabled_codes
+    from torchlint.selection import enabled_codes, preview_codes
 
     _write(tmp_path, EVAL_HELPER)
     files = [str(tmp_path / "helpers.py"), str(tmp_path / "main.py")]
     ws = Workspace(files)
-    run(files, LintOptions(frozenset(enabled_codes(["TL"], [], []))), workspace=ws)
+    run(files, LintOptions(frozenset(enabled_codes(["TL"], [], sorted(preview_codes())))), workspace=ws)
     text = (tmp_path / "helpers.py").read_text()
     mm = ModuleModel(files[0], files[0], text, cst.parse_module(text), "helpers", False, ws.index)
     assert isinstance(mm.project, ProjectView)
@@ -158,7 +158,8 @@ def test_paths_are_relative_to_where_torchlint_runs_even_from_the_cache(tmp_path
     import shutil
 
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    _write(tmp_path, {"pyproject.toml": "[tool.torchlint]\n"})
+    # TL102 is a preview rule: the project selects it
+    _write(tmp_path, {"pyproject.toml": "[tool.torchlint]\nextend-select = [\"TL102\"]\n"})
     # a helper of another module cited in the message (``micro_step()`` (steps.py:5))
     shutil.copytree(os.path.join(here, "fixtures", "crossfn", "accum_helper_clears_every_microbatch"),
                     tmp_path / "ex1")

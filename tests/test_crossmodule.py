@@ -11,10 +11,10 @@ from torchlint.cache import Cache
 from torchlint.engine import LintOptions, run
 from torchlint.model import ExternalRef, ModuleModel, ProjectIndex
 from torchlint.model.ir import CALL, AssignOp, CallOp, walk
-from torchlint.selection import enabled_codes
+from torchlint.selection import enabled_codes, preview_codes
 from sample_projects import ENGINE  # shared with tests/test_cache.py
 
-OPTS = LintOptions(frozenset(enabled_codes(["TL"], [], [])))
+OPTS = LintOptions(frozenset(enabled_codes(["TL"], [], sorted(preview_codes()))))
 
 
 def write(root, files: dict) -> list:

@@ -25,16 +25,16 @@ def test_preview_rules_run_only_when_selected_by_code():
     assert "TL201" in enabled_codes(["TL201"], [], [])
     assert "TL201" in enabled_codes(["TL"], [], ["TL201"])
     assert "TL201" not in enabled_codes(["TL"], ["TL201"], ["TL201"])
-    assert "TL202" in enabled_codes(["TL2"], [], [])
+    assert "TL203" in enabled_codes(["TL2"], [], [])
 
 
 def test_rules_listing_and_rule_page_mark_preview_rules():
     r = tl("rules")
     line = next(ln for ln in r.stdout.splitlines() if ln.startswith("TL201"))
     assert "[preview]" in line
-    assert "[preview]" not in next(ln for ln in r.stdout.splitlines() if ln.startswith("TL202"))
+    assert "[preview]" not in next(ln for ln in r.stdout.splitlines() if ln.startswith("TL203"))
     rows = {x["code"]: x for x in json.loads(tl("rules", "--output-format", "json").stdout)}
-    assert rows["TL201"]["preview"] is True and rows["TL202"]["preview"] is False
+    assert rows["TL201"]["preview"] is True and rows["TL203"]["preview"] is False
     assert rows["TL401"]["exempt_in_tests"] is False and rows["TL303"]["exempt_in_tests"] is True
     page = tl("rule", "TL201").stdout
     assert "Preview: off by default" in page and "--select TL201" in page
@@ -64,7 +64,7 @@ EVAL_SCRIPT = textwrap.dedent('''\
 ''')
 
 
-def _codes(tmp_path, name, text, select=("TL",), ext=("TL201",)):
+def _codes(tmp_path, name, text, select=("TL",), ext=("TL201", "TL303")):
     p = tmp_path / name
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text(text)

@@ -121,6 +121,8 @@ def workspace(tmp_path_factory):
     (root / "xmod").mkdir()
     (root / "xmod" / "helpers.py").write_text(HELPERS)
     (root / "xmod" / "main.py").write_text(MAIN)
+    # TL202 is a preview rule: the project selects it
+    (root / "xmod" / "pyproject.toml").write_text('[tool.torchlint]\nextend-select = ["TL202"]\n')
     return root
 
 
@@ -354,12 +356,12 @@ def test_a_saved_file_swaps_its_own_exports_in_the_index(tmp_path):
     name is gone) instead of rebuilding the index of the whole workspace."""
     from torchlint.engine import LintOptions, lint_text, run
     from torchlint.project import Workspace
-    from torchlint.selection import enabled_codes
+    from torchlint.selection import enabled_codes, preview_codes
 
     (tmp_path / "helpers.py").write_text(HELPERS)
     (tmp_path / "main.py").write_text(MAIN)
     files = [str(tmp_path / "helpers.py"), str(tmp_path / "main.py")]
-    opts = LintOptions(frozenset(enabled_codes(["TL"], [], [])))
+    opts = LintOptions(frozenset(enabled_codes(["TL"], [], sorted(preview_codes()))))
     workspace = Workspace(files)
     results = run(files, opts, workspace=workspace)
     project = workspace.index

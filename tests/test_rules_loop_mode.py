@@ -16,13 +16,13 @@ def lint(lint_source):
 @pytest.fixture
 def messages(tmp_path):
     from torchlint.engine import LintOptions, lint_text
-    from torchlint.selection import enabled_codes
+    from torchlint.selection import enabled_codes, preview_codes
 
     def _msgs(src, name="train.py"):
         src = textwrap.dedent(src)
         p = tmp_path / name
         p.write_text(src)
-        res = lint_text(str(p), src, LintOptions(frozenset(enabled_codes(list(SEL), [], []))),
+        res = lint_text(str(p), src, LintOptions(frozenset(enabled_codes(list(SEL), [], [c for c in preview_codes() if any(c.startswith(x) for x in SEL)]))),
                         module_name=name[:-3])
         return [(f.code, f.line, f.message) for f in res.findings]
     return _msgs

@@ -9,14 +9,14 @@ import pytest
 
 from torchlint.engine import LintOptions, lint_text
 from torchlint.fixes import apply_fixes
-from torchlint.selection import enabled_codes
+from torchlint.selection import enabled_codes, preview_codes
 
 
 def _lint(tmp_path, src, select=("TL5", "TL6", "TL7", "TL8"), name="train.py"):
     text = textwrap.dedent(src)
     p = tmp_path / name
     p.write_text(text)
-    opts = LintOptions(frozenset(enabled_codes(list(select), [], [])))
+    opts = LintOptions(frozenset(enabled_codes(list(select), [], [c for c in preview_codes() if any(c.startswith(x) for x in select)])))
     res = lint_text(str(p), text, opts, module_name=name[:-3])
     assert res.error is None
     return text, res.findings

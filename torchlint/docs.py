@@ -10,7 +10,8 @@ def rule_markdown(r) -> str:
         parts += [f"*{fix}*", ""]
     if not r.default:
         parts += ["*Preview: off by default; enable it with `--select " + r.code + "` (or `extend-select = [\"" +
-                  r.code + "\"]`). It misses the precision targets on real code (docs/evaluation.md).*", ""]
+                  r.code + "\"]`). " + (f"Why: {r.preview_reason}." if r.preview_reason else
+                  "It misses the precision targets on real code (docs/evaluation.md).") + "*", ""]
     parts += ["## What it does", r.summary, "", "## Why is this bad?", r.why, ""]
     if r.exempt_in_tests:
         parts += ["## Test code", "Not reported in test code (`tests/`, `test/`, `test_*.py`, `*_test.py`, "

@@ -41,6 +41,8 @@ class Rule:
     # on by default; ``False`` makes it a preview rule, run only when selected by its full code
     # (it misses the precision targets on real code: see docs/evaluation.md)
     default: ClassVar[bool] = True
+    # why a preview rule is off by default (its measured precision), for its docs page
+    preview_reason: ClassVar[str] = ""
     # not run on test code (``torchlint.selection.is_test_path``, ``unittest.TestCase`` classes),
     # where its findings are harmless: tests call ``forward`` directly, skip ``eval()``, use tiny
     # unshuffled loaders, build graphs on purpose and check that autograd raises
