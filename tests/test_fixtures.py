@@ -35,8 +35,9 @@ def _all_fixture_files():
     for family_dir in glob.glob(os.path.join(FIXTURES, "*")):
         if not os.path.isdir(family_dir) or os.path.basename(family_dir) == "fixes":
             continue  # fixtures/fixes holds autofix pairs (tests/test_fix.py), not a rule family
-        for p in glob.glob(os.path.join(family_dir, "**", "*.py"), recursive=True):
-            out.add(os.path.relpath(p, FIXTURES))
+        for ext in ("*.py", "*.ipynb"):
+            for p in glob.glob(os.path.join(family_dir, "**", ext), recursive=True):
+                out.add(os.path.relpath(p, FIXTURES))
     return out
 
 
@@ -54,7 +55,9 @@ def _lint_family_file(family, family_dir, rel):
     else:
         res = run([path], _OPTS, jobs=1)[0]
     assert res.error is None, res.error
-    return sorted(f"{f.code}:{f.line}" for f in res.findings)
+    # a notebook's findings: "TL103:cell 7:8" (code cell, line inside it)
+    return sorted(f"{f.code}:cell {f.cell}:{f.line}" if f.cell is not None else f"{f.code}:{f.line}"
+                  for f in res.findings)
 
 
 @pytest.mark.parametrize("family,family_dir,rel,expected", list(_cases()))

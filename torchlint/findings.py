@@ -71,6 +71,7 @@ class Related:
     path: str
     line: int
     message: str
+    cell: Optional[int] = None  # in a notebook: the code cell ``line`` counts in
 
 
 @dataclass
@@ -101,7 +102,7 @@ class Finding:
         return self.span.start.column
 
     def sort_key(self) -> tuple:
-        return (self.path, self.span.start.line, self.span.start.column, self.code, self.message)
+        return (self.path, self.cell or 0, self.span.start.line, self.span.start.column, self.code, self.message)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -110,7 +111,7 @@ class Finding:
             "end": [self.span.end.line, self.span.end.column],
         }
         d["fix"] = self.fix.to_dict() if self.fix else None
-        d["related"] = [asdict(r) for r in self.related]
+        d["related"] = [{k: v for k, v in asdict(r).items() if k != "cell" or v is not None} for r in self.related]
         return d
 
     @classmethod

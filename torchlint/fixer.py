@@ -65,11 +65,12 @@ class FileFix:
 @dataclass
 class FixReport:
     files: list = field(default_factory=list)  # FileFix, only files with something to fix
+    notebooks: list = field(default_factory=list)  # notebooks (as shown) whose cells the fixes change
 
     @property
     def changed(self) -> list:
         """Paths (as shown) whose text the fixes change."""
-        return [f.path for f in self.files if f.changed and f.error is None]
+        return [f.path for f in self.files if f.changed and f.error is None] + self.notebooks
 
     notebook_fixes: int = 0  # fixes written into notebook cells
 
@@ -152,18 +153,19 @@ class _Cells(_Text):
     program they make, as ``lint_notebook`` lints it, with its fixes moved into the cells."""
 
     def __init__(self, path: str, nb, opts, project, shown: str):
+        from . import notebook
+
         super().__init__(path, opts, project, shown)
         self.nb = nb
+        # cells that did not parse before any fix: left out of the program, not a reason to stop
+        self.broken = notebook.broken_cells(notebook.sources(nb))
 
     def lint(self, cells: tuple) -> list:
         from . import notebook
 
-        text, line_map = notebook.program(cells)
-        nb = notebook.Notebook(self.path, self.nb.doc, self.nb.code_cells, text, line_map)
-        res = lint_text(self.path, text, self.opts, self.project, module_name=notebook.module_name(self.path),
-                        shown=self.shown)
-        notebook.to_cells(nb, res.findings)
-        return res.findings
+        nb = notebook.build(self.path, self.nb.doc, self.nb.code_cells, cells)
+        res = notebook.lint_cells(nb, self.opts, self.project, self.shown)
+        return [f for f in res.findings if not (f.code == "TL001" and f.cell in self.broken)]
 
     @staticmethod
     def apply(cells: tuple, fixes) -> tuple:
@@ -171,11 +173,11 @@ class _Cells(_Text):
 
         return apply_to_cells(cells, fixes)
 
-    @staticmethod
-    def parses(cells: tuple) -> bool:
-        from .notebook import program
+    def parses(self, cells: tuple) -> bool:
+        """No cell that parsed before the fixes stops parsing."""
+        from .notebook import broken_cells
 
-        return _parses(program(cells)[0])
+        return broken_cells(cells) <= self.broken
 
 
 def fix_text(path: str, text: str, opts, unsafe: bool = False, project: Optional[ProjectIndex] = None,
@@ -346,8 +348,12 @@ def fix_files(runner, files, unsafe: bool = False, diff: bool = False, show: boo
     diffs = []
     nb_fixed = 0
     for path, res in zip(files, results):
-        if path.endswith(".ipynb") and not res.error and not diff:
-            nb_fixed += _fix_notebook(runner, path, res, unsafe, allowed, project)
+        if path.endswith(".ipynb") and not res.error:
+            n, text = _fix_notebook(runner, path, res, unsafe, allowed, project, diff)
+            diffs.append(text)
+            if n:
+                nb_fixed += n
+                report.notebooks.append(res.path)
             continue
         if res.error:
             if diff:
@@ -389,7 +395,7 @@ def fix_files(runner, files, unsafe: bool = False, diff: bool = False, show: boo
         if diffs:
             sys.stdout.write("".join(diffs))
             sys.stdout.flush()
-        n = report.applied
+        n = report.applied + nb_fixed
         if n:
             click.echo(f"Would fix {n} error{'s' if n != 1 else ''}.", err=True)
     else:
@@ -399,14 +405,15 @@ def fix_files(runner, files, unsafe: bool = False, diff: bool = False, show: boo
     return report
 
 
-def _fix_notebook(runner, path: str, res, unsafe: bool, allowed, project) -> int:
+def _fix_notebook(runner, path: str, res, unsafe: bool, allowed, project, diff: bool = False) -> tuple:
     """Fix a notebook's code cells as a module is fixed (passes of a fresh lint of the cells as
     they are, each fix kept only if the program still parses and its finding is gone) and
-    write them back into the cells; outputs and metadata stay."""
+    write them back into the cells; outputs and metadata stay. With ``diff``, write nothing.
+    Returns (fixes applied, the diff of the changed cells with ``diff``, else "")."""
     from . import notebook
 
     if not any(is_fixable(f, unsafe, allowed) for f in res.findings):
-        return 0
+        return 0, ""
     try:
         with open(path, "rb") as fh:
             data = fh.read()
@@ -414,13 +421,15 @@ def _fix_notebook(runner, path: str, res, unsafe: bool, allowed, project) -> int
         ff = _fix_passes(_Cells(path, nb, runner.opts, project, res.path), notebook.sources(nb), unsafe, res.path,
                          allowed=allowed)
         if not ff.changed:
-            return 0
+            return 0, ""
+        if diff:
+            return len(ff.applied), notebook.cells_diff(res.path, ff.original, ff.fixed)
         out = notebook.with_sources(nb, data, ff.fixed)
         with open(path, "rb") as fh:
             if fh.read() != data:
                 click.echo(f"torchlint: error: {res.path}: changed while it was being fixed; left alone", err=True)
                 runner.had_error = True
-                return 0
+                return 0, ""
         write_atomic(path, out)
     except Exception as exc:  # never lose the notebook
         if os.environ.get("TORCHLINT_DEBUG"):
@@ -430,8 +439,8 @@ def _fix_notebook(runner, path: str, res, unsafe: bool, allowed, project) -> int
         msg = exc.strerror if isinstance(exc, OSError) and exc.strerror else f"{type(exc).__name__}: {exc}"
         click.echo(f"torchlint: error: {res.path}: fixing failed: {msg}", err=True)
         runner.had_error = True
-        return 0
-    return len(ff.applied)
+        return 0, ""
+    return len(ff.applied), ""
 
 
 def _show(report: FixReport, diff: bool) -> str:

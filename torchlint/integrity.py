@@ -318,8 +318,9 @@ def finding(d, path: str) -> bool:
     if type(related) is not list:
         return False
     for r in related:
-        if type(r) is not dict or len(r) != 3 or type(r.get("path")) is not str \
-                or not _nat(r.get("line")) or type(r.get("message")) is not str:
+        if type(r) is not dict or len(r) != 3 + ("cell" in r) or type(r.get("path")) is not str \
+                or not _nat(r.get("line")) or type(r.get("message")) is not str \
+                or ("cell" in r and not _nat(r["cell"])):  # a notebook's: the cell its line counts in
             return False
     # the dynamic mode's verdicts are never a lint's: a cached finding has none
     return d["dynamic"] is None and type(d["fingerprint"]) is str and type(d["scope"]) is str

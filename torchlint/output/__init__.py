@@ -15,20 +15,34 @@ FORMATS = ("text", "concise", "json", "json-lines", "github", "sarif", "lsp")
 _NB_CACHE: dict = {}
 
 
-def notebook_raw_line(f: Finding) -> int:
-    """For a finding in a notebook cell, its line in the .ipynb file (editors open that)."""
-    if f.cell is None:
-        return f.line
-    nb = _NB_CACHE.get(f.path)
+def _notebook(path: str):
+    nb = _NB_CACHE.get(path)
     if nb is None:
         try:
             from ..notebook import load
 
-            nb = load(f.path)
+            nb = load(path)
         except Exception:
-            return f.line
-        _NB_CACHE[f.path] = nb
-    return nb.raw_lines.get((f.cell, f.line), f.line)
+            return None
+        _NB_CACHE[path] = nb
+    return nb
+
+
+def notebook_raw_position(path: str, cell, line: int, column: int = 0) -> tuple:
+    """For a position in a notebook cell, (line 1-based, column 0-based) in the .ipynb file
+    (what editors, SARIF viewers and GitHub open); outside notebooks, the position itself."""
+    if cell is None:
+        return line, column
+    nb = _notebook(path)
+    pos = nb.raw_position(cell, line, column) if nb is not None else None
+    return pos if pos is not None else (line, column)
+
+
+def _raw_span(f: Finding) -> tuple:
+    """(start line, start column, end line, end column) of a finding in its file's text."""
+    sl, sc = notebook_raw_position(f.path, f.cell, f.line, f.column)
+    el, ec = notebook_raw_position(f.path, f.cell, f.span.end.line, f.span.end.column)
+    return sl, sc, el, ec
 
 
 def shown(path: str) -> str:
@@ -87,7 +101,8 @@ def write_text(findings, fixable_marker=True, show_fixes=False, statistics=False
             loc = _loc(f)
         out.append(f"{loc}: {code}{mark} {f.message}{_dyn_line(f)}")
         for r in f.related:
-            out.append(f"    note: {shown(r.path)}:{r.line}: {r.message}")
+            where = f"{shown(r.path)}:cell {r.cell}:{r.line}" if r.cell is not None else f"{shown(r.path)}:{r.line}"
+            out.append(f"    note: {where}: {r.message}")
     n = len(findings)
     if n or fixed:
         safe = sum(1 for f in findings if f.fix is not None and f.fix.applicability == "safe")
@@ -128,7 +143,8 @@ def _json_obj(f: Finding) -> dict:
         "cell": f.cell,  # as ruff: the notebook cell, null outside notebooks
     }
     if f.related:
-        d["related"] = [{"filename": shown(r.path), "row": r.line, "message": r.message} for r in f.related]
+        d["related"] = [{"filename": shown(r.path), "row": r.line, "message": r.message,
+                         **({"cell": r.cell} if r.cell is not None else {})} for r in f.related]
     if f.dynamic is not None:
         d["dynamic"] = f.dynamic
     return d
@@ -155,9 +171,12 @@ def write_github(findings, **_) -> str:
     for f in findings:
         level = "error" if f.severity == "error" else "warning"
         msg = f.message + (f" [dynamic: {f.dynamic.get('verdict')}: {f.dynamic.get('evidence','')}]" if f.dynamic else "")
+        if f.cell is not None:
+            msg += f" (cell {f.cell}, line {f.line})"
+        sl, sc, el, ec = _raw_span(f)  # a notebook's annotation goes on the .ipynb file's line
         out.append(
-            f"::{level} file={_gh_escape_prop(shown(f.path))},line={f.line},col={f.column + 1},"
-            f"endLine={f.span.end.line},endColumn={f.span.end.column + 1},"
+            f"::{level} file={_gh_escape_prop(shown(f.path))},line={sl},col={sc + 1},"
+            f"endLine={el},endColumn={ec + 1},"
             f"title={_gh_escape_prop(f'torchlint ({f.code})')}::{_gh_escape_data(f'{f.code} {msg}')}"
         )
     return "\n".join(out) + ("\n" if out else "")
@@ -202,13 +221,8 @@ def write_sarif(findings, root=".", **_) -> str:
         })
     results = []
     for f in findings:
-        if f.cell is not None:
-            raw = notebook_raw_line(f)
-            region = {"startLine": raw, "startColumn": f.column + 1,
-                      "endLine": raw + (f.span.end.line - f.line), "endColumn": f.span.end.column + 1}
-        else:
-            region = {"startLine": f.line, "startColumn": f.column + 1,
-                      "endLine": f.span.end.line, "endColumn": f.span.end.column + 1}
+        sl, sc, el, ec = _raw_span(f)
+        region = {"startLine": sl, "startColumn": sc + 1, "endLine": el, "endColumn": ec + 1}
         res = {
             "ruleId": f.code,
             "ruleIndex": index[f.code],
@@ -225,7 +239,7 @@ def write_sarif(findings, root=".", **_) -> str:
             res["relatedLocations"] = [
                 {"id": i, "message": {"text": r.message}, "physicalLocation": {
                     "artifactLocation": {"uri": _uri(r.path, root), "uriBaseId": "%SRCROOT%"},
-                    "region": {"startLine": max(r.line, 1)}}}
+                    "region": {"startLine": max(notebook_raw_position(r.path, r.cell, r.line)[0], 1)}}}
                 for i, r in enumerate(f.related)]
         if f.dynamic:
             res.setdefault("properties", {})["dynamic"] = f.dynamic
@@ -252,11 +266,16 @@ def lsp_diagnostic(f: Finding, text_lines=None) -> dict:
         return c
 
     rules = all_rules()
-    off = notebook_raw_line(f) - f.line if f.cell is not None else 0
+    if f.cell is not None:  # a position in the .ipynb file's text
+        sl, sc, el, ec = _raw_span(f)
+        nb = _notebook(f.path)
+        text_lines = nb.raw.split("\n") if nb is not None else None
+    else:
+        sl, sc, el, ec = f.line, f.column, f.span.end.line, f.span.end.column
     d = {
         "range": {
-            "start": {"line": f.line - 1 + off, "character": col(f.line, f.column)},
-            "end": {"line": f.span.end.line - 1 + off, "character": col(f.span.end.line, f.span.end.column)},
+            "start": {"line": sl - 1, "character": col(sl, sc)},
+            "end": {"line": el - 1, "character": col(el, ec)},
         },
         "severity": 1 if f.severity == "error" else 2,
         "code": f.code,
