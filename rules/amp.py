@@ -10,7 +10,7 @@ from torchlint.model import catalog
 from torchlint.model.binder import dotted
 from torchlint.model.dataflow import constructor_call
 from torchlint.model.ir import BACKWARD, STEP, CallOp, all_ops
-from torchlint.model.queries import analysable_functions, iteration
+from torchlint.model.queries import analysable_functions, exclusive, iteration
 from torchlint.rule import Report, Rule
 
 from . import register
@@ -18,12 +18,6 @@ from . import register
 _CLIP = {"torch.nn.utils.clip_grad_norm_", "torch.nn.utils.clip_grad_value_",
          "torch.nn.utils.clip_grad.clip_grad_norm_", "torch.nn.utils.clip_grad.clip_grad_value_",
          "torch.nn.utils.clip_grad_norm", "torch.nn.utils.get_total_norm"}
-
-
-def exclusive(a, b) -> bool:
-    """``a`` and ``b`` sit in different arms of one branch: no run executes both."""
-    arms = {id(br): i for br, i in a.guards}
-    return any(id(br) in arms and arms[id(br)] != i for br, i in b.guards)
 
 
 def _scaler_of_backward(mm, fn, op: CallOp) -> Optional[str]:

@@ -85,6 +85,13 @@ def guards_inside(op, loop: LoopOp) -> list:
     return out
 
 
+def exclusive(a, b) -> bool:
+    """``a`` and ``b`` sit in different arms of one branch: no run of the function executes both
+    (``if amp: scaler.scale(loss).backward() else: loss.backward()``)."""
+    arms = {id(br): i for br, i in a.guards}
+    return any(id(br) in arms and arms[id(br)] != i for br, i in b.guards)
+
+
 def within(op, loop: LoopOp) -> bool:
     lp = op.loop
     while lp is not None:
