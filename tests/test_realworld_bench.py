@@ -97,3 +97,15 @@ def test_missing_checkout_is_a_clear_error(tmp_path, capsys):
     manifest.write_text('[[repo]]\nrepo = "acme/none"\ncommit = "' + "b" * 40 + '"\npart = "heldout"\n')
     assert rw.main(["--manifest", str(manifest), "--root", str(tmp_path), "--labels", str(tmp_path / "x")]) == 2
     assert "no checkout of acme/none" in capsys.readouterr().err
+
+
+def test_engine_diagnostics_are_listed_but_not_counted_in_the_rule_set_totals():
+    # an exercise notebook's blank cell (TL001, judged DEBATABLE) is listed on its own row;
+    # the rule set's precision, DEBATABLE share and FALSE rate cover the rules only
+    findings = [{"code": "TL001"}, {"code": "TL001"}, {"code": "TL203"}, {"code": "TL203"},
+                {"code": "TL302"}]
+    verdicts = ["DEBATABLE", "FALSE", "TRUE", "FALSE", "DEBATABLE"]
+    rows = {r[0]: r for r in rw.score_rows(findings, verdicts, [], 50)}
+    assert rows["TL001"][1:5] == [2, 0, 1, 1]
+    assert rows["all rules"][1:5] == [3, 1, 1, 1]
+    assert rows["all rules"][6:9] == ["0.50", "33%", "1.00"]
