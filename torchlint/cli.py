@@ -253,9 +253,12 @@ def lsp_cmd():
 @click.option("--steps", default=3, show_default=True)
 @click.option("--timeout", default=120.0, show_default=True)
 @click.option("--select", multiple=True)
+@click.option("--probe-all", is_flag=True, default=False,
+              help="Also run every file with a __main__ block with every probe on, and report what the probes "
+                   "see where no static finding is.")
 @click.option("--output-format", type=click.Choice(["text", "json", "json-lines", "github", "sarif", "lsp"]),
               default="text")
-def confirm_cmd(paths, device, entry, steps, timeout, select, output_format):
+def confirm_cmd(paths, device, entry, steps, timeout, select, probe_all, output_format):
     """Confirm static findings by running a minimal reproduction (executes your code)."""
     from .config import ConfigError, load_config
     from .runner import Runner
@@ -269,4 +272,4 @@ def confirm_cmd(paths, device, entry, steps, timeout, select, output_format):
     runner = Runner(cfg, select=_codes(select) or cfg.select, ignore=cfg.ignore, extend_select=cfg.extend_select,
                     jobs=None, cache=None, verbose=False, progress=False)
     sys.exit(runner.main(paths, output_format=output_format, dynamic=True, device=device, entry=entry,
-                         steps=steps, timeout=timeout))
+                         steps=steps, timeout=timeout, probe_all=probe_all))

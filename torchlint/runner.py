@@ -61,7 +61,7 @@ class Runner:
     def main(self, paths, output_format="text", output_file=None, statistics=False, exit_zero=False,
              quiet=False, fix=False, unsafe_fixes=False, diff=False, show_fixes=False, baseline=None,
              write_baseline=None, add_noqa=False, changed_since=None, color=None, dynamic=False,
-             device="cpu", entry=None, steps=3, timeout=120.0) -> int:
+             device="cpu", entry=None, steps=3, timeout=120.0, probe_all=False) -> int:
         if changed_since:
             from .vcs import changed_files
 
@@ -113,8 +113,9 @@ class Runner:
                 click.echo(f"torchlint: error: the dynamic mode is unavailable: {exc}", err=True)
                 return EXIT_ERROR
             try:
-                confirm_findings(findings, files, device=device, entry=entry, steps=steps, timeout=timeout,
-                                 progress=None if quiet else (lambda line: click.echo(line, err=True)))
+                findings = confirm_findings(findings, files, device=device, entry=entry, steps=steps,
+                                            timeout=timeout, probe_all=probe_all,
+                                            progress=None if quiet else (lambda line: click.echo(line, err=True)))
             except MissingDependency as exc:
                 click.echo(f"torchlint: error: {exc}", err=True)
                 return EXIT_ERROR

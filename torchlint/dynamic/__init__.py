@@ -117,6 +117,13 @@ _REFUTE = {
     "TL702": "no argmax/max without dim ran on a batched tensor",
     "TL801": "anomaly detection was off at every backward()",
     "TL404": "the targets were integer class indices",
+    "TL106": "the gradients were unscaled when clipped",
+    "TL107": "no optimizer step applied gradients still multiplied by a GradScaler's scale",
+    "TL206": "the state_dict() snapshot was not the live tensors",
+    "TL302": "`.data` cut no graph and no write went behind autograd's version counter",
+    "TL303": "the module was called through Module.__call__",
+    "TL405": "log() did not take a softmax or sigmoid output",
+    "TL703": "the normalisation layer has a small eps",
 }
 
 
@@ -173,7 +180,9 @@ def _status_reason(jr, line: int, timeout: float) -> str:
     if st == "interrupted":
         return f"the run was interrupted before line {line} ran"
     if st == "exit":
-        return f"the program exited with status {d.get('code')} without running line {line}"
+        why = next((x.get("message") for x in reversed(jr.facts) if x.get("t") == "argerr"), None)
+        return (f"the program exited with status {d.get('code')} without running line {line}"
+                + (f" (its command line needs arguments: {why[:200]})" if why else ""))
     return f"the run finished without executing line {line}"
 
 
@@ -182,13 +191,23 @@ def _when(step) -> str:
 
 
 def _judge(f, path: str, lines: list, jr, timeout: float, src: Source) -> dict:
+    d = _judge_facts(f, path, lines, jr, timeout, src)
+    notes = list(dict.fromkeys(x.get("text") for x in jr.facts if x.get("t") == "standin" and x.get("text")))
+    if notes and d["verdict"] != "not-reached" or notes and "line " + str(f.line) + " ran" in d["evidence"]:
+        d["evidence"] += " [stand-ins: " + "; ".join(notes) + "]"
+    return d
+
+
+def _judge_facts(f, path: str, lines: list, jr, timeout: float, src: Source) -> dict:
     code, line = f.code, f.line
     head = f"{code} line {line}: "
     facts = _filter_facts(jr.facts)
     lineset = set(lines)
-    # 1. positive observations at the finding's lines
-    for o in facts:
-        if o.get("t") != "obs" or code not in o.get("codes", ()):
+    # 1. positive observations at the finding's lines (an observation that is a bug by itself first)
+    obs = [o for o in facts if o.get("t") == "obs"]
+    # an observation that is a bug by itself first, then one whose own site is the finding's line
+    for o in sorted(obs, key=lambda o: (bool(o.get("weak")), not _site_hit(o.get("sites", [])[:1], path, {line}))):
+        if code not in o.get("codes", ()):
             continue
         if o.get("names"):
             scope = o.get("scope") or []
@@ -294,14 +313,22 @@ def _job_targets(items) -> dict:
     return {k: sorted(v) for k, v in targets.items()}
 
 
+def _job_groups(items) -> list:
+    """Each finding's statement lines: the run goes past its caps until every one of them ran."""
+    return [[path, sorted(lines)] for _, path, lines in items]
+
+
 def confirm_findings(findings, files: Iterable = (), device: str = "cpu", entry: Optional[str] = None,
                      steps: int = 3, timeout: float = 120.0, way: str = "auto",
-                     memory_mb: Optional[int] = None, progress=None) -> list:
+                     memory_mb: Optional[int] = None, progress=None, probe_all: bool = False) -> list:
     """Run the code and set ``finding.dynamic`` on every finding (in place); returns the findings.
 
     ``way``: ``"auto"`` (the harness where it applies, then the entry for the rest),
     ``"harness"`` or ``"entry"`` (``entry`` or, without one, each file run as a script).
     ``progress``, if given, is called with a line of text for each step of the runs.
+    ``probe_all``: every file of ``files`` with a ``__main__`` block also runs as a script with
+    every probe on, and what a probe saw that is a bug by itself, where no static finding is,
+    becomes a finding of its own (``dynamic`` confirmed), appended to the returned list.
     Raises :class:`MissingDependency` when torch cannot be imported.
     """
     from . import runner as _runner
@@ -351,6 +378,9 @@ def confirm_findings(findings, files: Iterable = (), device: str = "cpu", entry:
                                                 f"dynamic mode can run")
             continue
         todo.append((f, path, Source.of(path).match_lines(f.line, f.code)))
+    if probe_all and way != "harness":
+        return _probe_all(findings, todo, user_files, device, entry, steps, timeout, memory_mb, progress,
+                          way)
     if not todo:
         return findings
     check_dependencies()
@@ -360,7 +390,7 @@ def confirm_findings(findings, files: Iterable = (), device: str = "cpu", entry:
 
     if entry:
         job = {"id": 0, "kind": "entry", "codes": sorted({f.code for f, _, _ in todo}),
-               "targets": _job_targets(todo)}
+               "targets": _job_targets(todo), "groups": _job_groups(todo)}
         out = run_entry(entry, job, base, timeout, device, memory_mb, cwd)
         _apply(todo, {id(f): 0 for f, _, _ in todo}, out, timeout)
         return findings
@@ -392,8 +422,21 @@ def confirm_findings(findings, files: Iterable = (), device: str = "cpu", entry:
             items = j.pop("_items")
             j["codes"] = sorted({f.code for f, _, _ in items})
             j["targets"] = _job_targets(items)
+            j["groups"] = _job_groups(items)
         stage_assign = assign
-        out = run_jobs(jobs, base, timeout, device, memory_mb, cwd) if jobs else None
+        # harness calls run in a scratch directory: what the function writes (checkpoints, logs)
+        # does not land in the project; the stand-ins need no file of it
+        import shutil
+        import tempfile
+
+        scratch = tempfile.mkdtemp(prefix="torchlint-harness-") if jobs else None
+        for j in jobs:
+            j["cwd"] = scratch
+        try:
+            out = run_jobs(jobs, base, timeout, device, memory_mb, cwd) if jobs else None
+        finally:
+            if scratch:
+                shutil.rmtree(scratch, ignore_errors=True)
         if out is not None:
             _apply([t for t in todo if id(t[0]) in assign], assign, out, timeout)
             if out.env.get("error"):
@@ -414,7 +457,10 @@ def confirm_findings(findings, files: Iterable = (), device: str = "cpu", entry:
     by_path: dict = {}
     for f, path, lines in rest:
         if path not in by_path:
-            if Source.of(path).runnable():
+            # a file with a __main__ block runs as a script; so does one whose finding is module-level
+            # code (running the file is what reaches it)
+            if Source.of(path).runnable() or any(
+                    q == path and scope_of(g, q) in ("", "<module>") for g, q, _ in rest):
                 by_path[path] = {"id": len(sjobs), "kind": "script", "path": path, "args": [], "_items": [],
                                  "cwd": os.path.dirname(path)}
                 sjobs.append(by_path[path])
@@ -436,6 +482,7 @@ def confirm_findings(findings, files: Iterable = (), device: str = "cpu", entry:
         items = j.pop("_items")
         j["codes"] = sorted({f.code for f, _, _ in items})
         j["targets"] = _job_targets(items)
+        j["groups"] = _job_groups(items)
     if sjobs:
         stage_assign = sassign
         out = run_jobs(sjobs, base, timeout, device, memory_mb, cwd)
@@ -494,3 +541,58 @@ def observe(paths, device: str = "cpu", steps: int = 3, timeout: float = 120.0, 
     jobs = [{"id": i, "kind": "script", "path": p, "args": [], "codes": codes, "targets": {},
              "cwd": os.path.dirname(p)} for i, p in enumerate(paths)]
     return run_jobs(jobs, base, timeout, device, memory_mb)
+
+
+def _probe_all(findings, todo, user_files, device, entry, steps, timeout, memory_mb, progress, way) -> list:
+    """Confirm the static findings, then run every runnable file with every probe and report
+    what the probes saw where no static finding is (``--probe-all``)."""
+    from . import runner as _runner
+    from ..codes import CODES
+    from ..findings import Finding, Span
+
+    if todo:
+        confirm_findings(findings, user_files, device=device, entry=entry, steps=steps, timeout=timeout, way=way,
+                         memory_mb=memory_mb, progress=progress)
+    scripts = [p for p in user_files if os.path.isfile(p) and p.endswith(".py") and Source.of(p).runnable()]
+    if entry is None and not scripts:
+        return findings
+    check_dependencies()
+    codes = sorted(PROBED)
+    base = {"device": device, "steps": steps, "user_files": user_files}
+    if progress is not None:
+        progress(f"confirm: --probe-all: running {len(scripts) if entry is None else 'the entry command'} "
+                 f"{'script(s) ' if entry is None else ''}with every probe")
+    if entry:
+        out = _runner.run_entry(entry, {"id": 0, "kind": "entry", "codes": codes, "targets": {}}, base, timeout,
+                                device, memory_mb, os.getcwd())
+    else:
+        jobs = [{"id": i, "kind": "script", "path": p, "args": [], "codes": codes, "targets": {},
+                 "cwd": os.path.dirname(p)} for i, p in enumerate(scripts)]
+        out = _runner.run_jobs(jobs, base, timeout, device, memory_mb, os.getcwd())
+    if out.env.get("missing"):
+        raise MissingDependency(_missing_message(out.env["missing"], out.env.get("python") or "Python",
+                                                 out.env.get("error", "")))
+    static = {}
+    for f in findings:
+        p = _abs(f.path)
+        static.setdefault((f.code, p), set()).update(Source.of(p).match_lines(f.line, f.code))
+    seen = set()
+    extra = []
+    for jr in out.jobs.values():
+        for o in _filter_facts(jr.facts):
+            if o.get("t") != "obs" or o.get("weak"):
+                continue
+            sites = [s for s in (o.get("sites") or []) if len(s) >= 2 and s[0] in user_files]
+            if not sites:
+                continue
+            path, line = sites[0][0], int(sites[0][1])
+            for code in o.get("codes") or ():
+                if any(s[1] in static.get((code, s[0]), ()) for s in sites) or (code, path, line) in seen:
+                    continue
+                seen.add((code, path, line))
+                rel = os.path.relpath(path) if not os.path.relpath(path).startswith("..") else path
+                f = Finding(code, CODES.get(code, code), f"observed while running the code (--probe-all); no "
+                                                         f"static finding here", rel, Span.of(line, 0, line, 1))
+                f.dynamic = _dynamic("confirmed", f"{code} line {line}: {o.get('evidence', '')}")
+                extra.append(f)
+    return findings + sorted(extra, key=lambda f: f.sort_key())

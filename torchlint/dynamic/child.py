@@ -86,6 +86,7 @@ def run_job(job, cfg, results):
     jcfg = dict(cfg)
     jcfg["codes"] = job.get("codes") or cfg.get("codes")
     jcfg["targets"] = job.get("targets") or {}
+    jcfg["groups"] = job.get("groups") or []
     probes = P.install(jcfg, emit)
     _reset_torch(probes, "TL301" in (jcfg["codes"] or ()))
     emit("start", kind=job["kind"], path=job.get("path"), qualname=job.get("qualname"))
@@ -202,6 +203,7 @@ def bootstrap():
     jcfg = dict(cfg)
     jcfg["codes"] = job.get("codes") or cfg.get("codes")
     jcfg["targets"] = job.get("targets") or {}
+    jcfg["groups"] = job.get("groups") or []
     probes = P.install(jcfg, emit)
     _reset_torch(probes, "TL301" in (jcfg["codes"] or ()))
     emit("start", kind="entry", path=None, argv=sys.argv)

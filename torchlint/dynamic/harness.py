@@ -85,13 +85,106 @@ def _target(loss, variant, n):
     return y.unsqueeze(1) if variant == "column" else y
 
 
-def make_loader(batch: dict, loss: str, variant: str, steps: int, tokens: bool = False, device=None):
+def make_inputs(spec: dict, n: int, device=None):
+    """``n`` inputs shaped for the program's first layer (``plan.input_spec``), or None."""
+    kind, size = (spec or {}).get("kind"), int((spec or {}).get("size") or 0)
+    if not kind or size <= 0 or size > 4096:
+        return None
+    if kind == "conv2d":
+        return torch.randn(n, size, 32, 32, device=device)
+    if kind == "conv1d":
+        return torch.randn(n, size, 64, device=device)
+    if kind == "conv3d":
+        return torch.randn(n, size, 8, 16, 16, device=device)
+    if kind == "linear":
+        return torch.randn(n, size, device=device)
+    if kind == "tokens":
+        return torch.randint(0, min(size, 64), (n, 10), device=device)
+    if kind == "seq":
+        return torch.randn(n, 10, size, device=device)
+    return None
+
+
+def input_for(module: nn.Module, n: int = B, device=None):
+    """An input for a built module, shaped for its first layer; (tensor, description)."""
+    for m in module.modules():
+        if isinstance(m, (nn.Conv1d, nn.Conv2d, nn.Conv3d)) and not isinstance(m, nn.modules.conv._ConvTransposeNd):
+            c = m.in_channels
+            shape = {nn.Conv1d: (n, c, 64), nn.Conv2d: (n, c, 32, 32), nn.Conv3d: (n, c, 8, 16, 16)}[type(m)] \
+                if type(m) in (nn.Conv1d, nn.Conv2d, nn.Conv3d) else (n, c, 32, 32)
+        elif isinstance(m, nn.modules.conv._ConvTransposeNd):
+            shape = (n, m.in_channels) + (4,) * (len(m.kernel_size))
+        elif isinstance(m, nn.Linear):
+            shape = (n, m.in_features)
+        elif isinstance(m, nn.Embedding):
+            return torch.randint(0, min(m.num_embeddings, 64), (n, 10), device=device), \
+                f"integer indices below {min(m.num_embeddings, 64)} of shape [{n}, 10] (its Embedding)"
+        elif isinstance(m, nn.RNNBase):
+            shape = (n, 10, m.input_size) if m.batch_first else (10, n, m.input_size)
+        elif isinstance(m, (nn.modules.batchnorm._NormBase,)) and getattr(m, "num_features", 0):
+            shape = {nn.BatchNorm1d: (n, m.num_features)}.get(type(m), (n, m.num_features, 16, 16))
+        else:
+            continue
+        return torch.randn(*shape, device=device), f"a float batch of shape {list(shape)} (its {type(m).__name__})"
+    return None, "no layer to shape an input for"
+
+
+def construct(job: dict, device: str, steps: int, probes, emit) -> str:
+    """Build the nn.Module class of the finding and, for a finding in forward, run a few
+    training steps on it with a stand-in input (the loss is the mean of its float outputs)."""
+    mod = import_module(job["path"])
+    cls = mod
+    for part in job["cls"].split("."):
+        cls = getattr(cls, part)
+    kwargs = dict(job.get("init_args") or {})
+    dev = torch.device(device)
+    emit("harness", variant="construct", call=f"{job['cls']}({', '.join(f'{k}={v}' for k, v in kwargs.items())})")
+    model = cls(**kwargs)
+    if job.get("method") == "__init__":
+        return "ok"
+    model = model.to(dev).train()
+    probes.suspended += 1
+    try:
+        x, what = input_for(model, B, dev)
+        opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad] or [nn.Parameter(torch.zeros(1))],
+                              lr=0.01)
+    finally:
+        probes.suspended -= 1
+    if x is None:
+        raise TypeError(f"the stand-in input for {job['cls']}: {what}")
+    emit("harness", variant="construct", call=f"{job['cls']}(...)({what}) for {max(3, steps)} training steps")
+    for _ in range(max(3, steps)):
+        out = model(x)
+        ts = [t for t in _flat(out) if isinstance(t, torch.Tensor) and t.is_floating_point() and t.requires_grad]
+        if not ts:
+            return "ok"
+        opt.zero_grad()
+        sum(t.float().mean() for t in ts).backward()
+        opt.step()
+    return "ok"
+
+
+def _flat(obj):
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, (list, tuple)):
+        for o in obj:
+            yield from _flat(o)
+    elif isinstance(obj, dict):
+        for o in obj.values():
+            yield from _flat(o)
+
+
+def make_loader(batch: dict, loss: str, variant: str, steps: int, tokens: bool = False, device=None,
+                inputs: dict = None):
     """Random batches shaped as the loop unpacks them, on the CPU as a dataset yields them, or
     already on ``device`` (for a function that never moves its batches: its caller's data
-    pipeline would have)."""
+    pipeline would have); the inputs shaped for the program's first layer when it is known."""
     n = B * 2 * max(3, steps)  # as many batches as one capped loader pass of a real run
     kind = batch.get("kind", "tuple")
-    x = torch.randint(0, 64, (n, 10), device=device) if tokens else torch.randn(n, D, device=device)
+    x = make_inputs(inputs, n, device)
+    if x is None:
+        x = torch.randint(0, 64, (n, 10), device=device) if tokens else torch.randn(n, D, device=device)
     y = _target(loss, variant, n).to(x.device)
     if kind == "dict":
         keys = batch.get("keys") or ["x", "y"]
@@ -190,6 +283,8 @@ def _by_name(name, env):
 
 def run(job: dict, device: str, steps: int, probes, emit) -> str:
     """Call the job's function with stand-ins; returns a status string. Raises what the code raises."""
+    if job.get("construct"):
+        return construct(job, device, steps, probes, emit)
     mod = import_module(job["path"])
     owner, fn = _resolve(mod, job["qualname"])
     loss0 = job.get("loss") or "unknown"
@@ -207,18 +302,22 @@ def run(job: dict, device: str, steps: int, probes, emit) -> str:
     # them on that device too (a retry after a device mismatch), unless a device rule is being
     # confirmed there: then the mismatch is the observation
     may_move_data = dev.type != "cpu" and not {"TL601", "TL602"} & set(job.get("codes") or ())
-    attempts = [(v, l, False) for v, l in variants]
+    # the inputs shaped for the program's first layer first (when its size is literal), then the
+    # stand-in model's own width
+    shapes = [True, False] if job.get("input") else [False]
+    attempts = [(v, l, False, sh) for sh in shapes for v, l in variants]
     last_exc = None
     vi = 0
     while vi < len(attempts):
-        variant, loss, data_on_dev = attempts[vi]
+        variant, loss, data_on_dev, use_shape = attempts[vi]
         probes.suspended += 1
         try:
             model = StandInModel("classes" if variant == "classes" else variant, job.get("outputs", 1), loss).to(dev)
             tokens = bool(job.get("tokens"))
             ddev = dev if data_on_dev else None
-            loader = make_loader(job.get("batch") or {}, loss, variant, steps, tokens, ddev)
-            val_loader = make_loader(job.get("batch") or {}, loss, variant, steps, tokens, ddev)
+            shape = job.get("input") if use_shape else None
+            loader = make_loader(job.get("batch") or {}, loss, variant, steps, tokens, ddev, shape)
+            val_loader = make_loader(job.get("batch") or {}, loss, variant, steps, tokens, ddev, shape)
             opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
             env = {"model": model, "optimizer": opt, "loss_fn": make_criterion(loss), "device": dev,
                    "scheduler": torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.9),
@@ -238,7 +337,9 @@ def run(job: dict, device: str, steps: int, probes, emit) -> str:
                     kwargs[name] = val_loader
         finally:
             probes.suspended -= 1
-        emit("harness", variant=variant + (" (data on device)" if data_on_dev else ""),
+        shaped = job.get("input") if use_shape else None
+        emit("harness", variant=variant + (" (data on device)" if data_on_dev else "")
+             + (f" (inputs for its first {shaped['kind']} layer of size {shaped['size']})" if shaped else ""),
              call=f"{job['qualname']}({', '.join(kwargs)})")
         before = probes.backwards
         try:
@@ -249,7 +350,7 @@ def run(job: dict, device: str, steps: int, probes, emit) -> str:
                 # the function feeds its batches as they come: its caller would have put them on
                 # the model's device; try again with the stand-in data there
                 emit("discard", variant=variant, error=f"{type(exc).__name__}: {str(exc)[:200]}")
-                attempts.insert(vi + 1, (variant, loss, True))
+                attempts.insert(vi + 1, (variant, loss, True, use_shape))
                 last_exc = exc
                 vi += 1
                 continue

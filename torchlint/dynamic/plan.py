@@ -37,6 +37,13 @@ PROBED = {
     "TL701": "DataLoader wrapper: the sampler of loaders that feed a backward()",
     "TL702": "TorchFunctionMode: argmax/max without dim on batched tensors",
     "TL801": "set_detect_anomaly wrapper: anomaly detection still on at backward()",
+    "TL106": "GradScaler and clip_grad wrappers: gradients clipped while still multiplied by the scale",
+    "TL107": "GradScaler and optimizer step hooks: an optimizer step on gradients still multiplied by the scale",
+    "TL206": "state_dict()/load_state_dict() wrappers: a kept snapshot that changes with the next step",
+    "TL302": "TorchFunctionMode on `.data`: graph tensors cut, in-place writes behind autograd's version counter",
+    "TL303": "the trace function: a module's forward() entered without Module.__call__ (its hooks skipped)",
+    "TL405": "TorchFunctionMode: log() of softmax/sigmoid outputs",
+    "TL703": "normalisation layer constructor wrapper: eps, and its effect on a unit-variance batch",
 }
 ROLES = ("model", "loader", "optimizer", "loss_fn", "scheduler", "device", "scaler")
 
@@ -239,6 +246,27 @@ def _batch_spec(fnode, loader_names) -> dict:
     return {"kind": "tuple", "n": 2, "targets": [1]}
 
 
+def _iterated(fnode) -> list:
+    """Names a loop of the function iterates with a tuple target: `for x, y in data`,
+    `for i, (x, y) in enumerate(data)`."""
+    out = []
+    for node in ast.walk(fnode):
+        if not isinstance(node, (ast.For, ast.AsyncFor)):
+            continue
+        it, target = node.iter, node.target  # noqa: F841
+        if isinstance(it, ast.Call) and ast.unparse(it.func) == "enumerate" and it.args:
+            it = it.args[0]
+            if isinstance(target, ast.Tuple) and len(target.elts) == 2:
+                target = target.elts[1]
+        if isinstance(it, ast.Name) and isinstance(target, (ast.Tuple, ast.List)):
+            out.append(it.id)
+    for node in ast.walk(fnode):
+        if isinstance(node, ast.comprehension) and isinstance(node.iter, ast.Name) and \
+                isinstance(node.target, (ast.Tuple, ast.List)):
+            out.append(node.iter.id)
+    return out
+
+
 def _is_float_target(name: str) -> bool:
     n = name.lower()
     return any(w in n for w in ("reg", "score", "value", "float", "rating", "price"))
@@ -276,12 +304,16 @@ def harness_spec(path: str, scope: str, code: str):
     fnode, cnode = src.function(scope)
     if fnode is None:
         return None, f"function `{scope}` not found"
+    # a parameter the function's loop unpacks batches from (`for x, y in train_data`) is a loader
+    for p in _iterated(fnode):
+        if p in roles and roles[p]["role"] is None:
+            roles[p] = {"role": "loader", "info": "iterated by a loop that unpacks batches"}
     job = {"kind": "harness", "path": path, "qualname": scope, "params": roles}
     have = {v["role"] for v in roles.values() if v["role"]}
     init_roles = {}
     if fn.cls is not None:
         if mm.class_is_module(fn.cls):
-            return None, f"`{scope}` is a method of an nn.Module (the harness calls training functions)"
+            return _construct_spec(path, scope, fn, code)
         init = fn.cls.methods.get("__init__")
         if init is not None:
             init_roles = _roles(mm, init)
@@ -308,7 +340,67 @@ def harness_spec(path: str, scope: str, code: str):
         models += ["self.model", "self.net"]
     job["outputs"] = _model_outputs(fnode, set(models) or {"model"})
     job["tokens"] = "Embedding" in src.text and "nn.Linear" not in src.text
+    job["input"] = input_spec(src)
     return job, ""
+
+
+_SIZE_WORDS = ("channel", "dim", "hidden", "feature", "size", "width", "classes", "vocab", "emb", "units",
+               "ch", "nz", "ngf", "ndf", "nc", "heads", "layers", "depth", "filters", "planes", "in_", "out_", "n_")
+
+
+def _construct_spec(path: str, scope: str, fn, code: str):
+    """A finding inside a method of an nn.Module (its __init__ or forward): build the module with
+    its defaults (sizes named like sizes get 16), then run a few training steps on a stand-in
+    input shaped for its first layer (read from the built module)."""
+    init = fn.cls.methods.get("__init__")
+    params = {}
+    if init is not None:
+        for p in init.params:
+            if p in ("self", "cls") or p in init.defaults:
+                continue
+            n = p.lower()
+            if any(w in n for w in _SIZE_WORDS):
+                params[p] = 16
+            elif "drop" in n or n in ("p", "alpha", "slope"):
+                params[p] = 0.1
+            elif n.startswith("use_") or n.startswith("is_") or n in ("bias", "affine", "bidirectional"):
+                params[p] = False
+            else:
+                return None, (f"parameter `{p}` of `{fn.cls.qualname}.__init__` has no default and no size-like "
+                              f"name the harness can stand in for")
+    method = scope.split(".")[-1]
+    if method not in ("__init__", "forward"):
+        return None, f"`{scope}` is a method of an nn.Module other than __init__ and forward"
+    return {"kind": "harness", "construct": True, "path": path, "qualname": scope, "cls": fn.cls.qualname,
+            "method": method, "init_args": params, "params": {}}, ""
+
+
+_LAYERS = {"Conv1d": "conv1d", "Conv2d": "conv2d", "Conv3d": "conv3d", "Linear": "linear",
+           "Embedding": "tokens", "LSTM": "seq", "GRU": "seq", "RNN": "seq"}
+
+
+def input_spec(src: "Source") -> dict:
+    """The input the program's first layer takes (its model's first Conv/Linear/Embedding/RNN
+    with a literal size): how the stand-in batches are shaped.  {} when none is literal."""
+    if src.tree is None:
+        return {}
+    best = None
+    for node in ast.walk(src.tree):
+        if not isinstance(node, ast.Call):
+            continue
+        name = ast.unparse(node.func).split(".")[-1]
+        kind = _LAYERS.get(name)
+        if kind is None or not node.args or not isinstance(node.args[0], ast.Constant) or \
+                not isinstance(node.args[0].value, int) or isinstance(node.args[0].value, bool):
+            continue
+        key = (node.lineno, node.col_offset)
+        if best is None or key < best[0]:
+            spec = {"kind": kind, "size": int(node.args[0].value)}
+            if kind == "seq":
+                spec["batch_first"] = any(k.arg == "batch_first" and isinstance(k.value, ast.Constant)
+                                          and k.value.value is True for k in node.keywords)
+            best = (key, spec)
+    return best[1] if best else {}
 
 
 _BATCH_INPUTS = ("x", "xb", "inputs", "input", "images", "imgs", "image", "data", "features", "batch_x",

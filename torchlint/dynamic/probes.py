@@ -23,6 +23,8 @@ import torch
 import torch.nn as nn
 from torch.overrides import TorchFunctionMode
 
+from . import standins
+
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
 
@@ -124,7 +126,7 @@ class _Opt:
     __slots__ = ("ref", "name", "steps", "touched", "ever_touched", "bw_since_step", "state", "stale",
                  "cleared_between", "last_clear", "nonzero_after_bw", "first_step_before_bw",
                  "pending101", "first_bw_site", "bw_count", "norm_after_bw", "step_site", "last_bw_site",
-                 "prev_steps_site", "window", "wiped")
+                 "prev_steps_site", "window", "wiped", "scaled_by", "unscaled")
 
     def __init__(self, opt):
         self.ref = weakref.ref(opt)
@@ -147,6 +149,8 @@ class _Opt:
         self.last_bw_site = None
         self.window = []  # lines of the backward() calls since the step (or the last clear)
         self.wiped = set()  # lines of backward() calls whose gradients a clear wiped before the step
+        self.scaled_by = None  # (scale, backward sites): a GradScaler-scaled backward fed these gradients
+        self.unscaled = False  # scaler.unscale_(optimizer) ran since the last step
 
 
 class Probes(TorchFunctionMode):
@@ -198,6 +202,16 @@ class Probes(TorchFunctionMode):
         self.stopped = False
         self.suspended = 0
         self.anomaly_on = False
+        self.data_alias: dict = {}  # id(x.data result) -> (ref, (ref to x, sites))
+        self.squashed: dict = {}  # id(softmax/sigmoid output without grad_fn) -> (ref, "softmax")
+        self.scaled: dict = {}  # id(scaler.scale(loss) output) -> (ref, scale)
+        self.snapshots: list = []  # state_dict() results kept by the program (TL206)
+        self.sd_depth = 0
+        self.standins: dict = {}  # what the run stood in for (CUDA on the CPU, missing modules)
+        self.cuda_standin = self.device == "cpu" and not torch.cuda.is_available()
+        self.check303 = False
+        self.groups = [(os.path.abspath(p), set(lines)) for p, lines in (self.cfg.get("groups") or ())]
+        self.all_reached_at = None
 
     # ------------------------------------------------------------------ sites
     def _is_user(self, filename: str) -> bool:
@@ -223,6 +237,18 @@ class Probes(TorchFunctionMode):
             f = f.f_back
         return out
 
+    def _may_stop(self, n, cap) -> bool:
+        """At a cap: stop, unless some finding's statement has not run yet (a loop over a plain list
+        of batches, which the loader cap cannot shorten, reaches the code after it late): then
+        the run goes on until every one ran and 3 more optimizer steps followed, or 8 times the cap."""
+        if n >= 8 * cap or not self.groups:
+            return True
+        if self.all_reached_at is None:
+            if not all(any((p, ln) in self.reached for ln in lines) for p, lines in self.groups):
+                return False
+            self.all_reached_at = self.opt_steps
+        return self.opt_steps >= self.all_reached_at + 3
+
     def obs(self, code, sites, evidence, key=None, **extra):
         """A positive observation for ``code`` (codes may be a list) at ``sites``."""
         k = key or (code if isinstance(code, str) else tuple(code),
@@ -242,6 +268,8 @@ class Probes(TorchFunctionMode):
 
     # ------------------------------------------------------------------ coverage
     def tracer(self, frame, event, arg):
+        if self.check303 and frame.f_code.co_name == "forward" and event == "call":
+            self._direct_forward(frame)
         fn = os.path.abspath(frame.f_code.co_filename) if frame.f_code.co_filename in self._trace_files \
             else None
         if fn is None:
@@ -262,11 +290,9 @@ class Probes(TorchFunctionMode):
         return local
 
     def start_tracing(self):
-        if not self.targets:
+        self.check303 = "TL303" in self.codes
+        if not self.targets and not self.check303:
             return
-        self._trace_files = set()
-        for f in self.targets:
-            self._trace_files.add(f)
         # code objects carry the path as it was given: accept any spelling that resolves to it
         self._trace_files = _Spellings(self.targets)
         sys.settrace(self.tracer)
@@ -324,15 +350,26 @@ class Probes(TorchFunctionMode):
             (kwargs or {}).get("closure") is not None
         if self.in_scaler is opt:
             return
-        self._check_step(opt, st, self.sites(), closure)
+        sites = self.sites()
+        if st.scaled_by is not None and "TL107" in self.codes and sites:
+            sc, bsites = st.scaled_by
+            _, _, norm = self.grad_state(opt)
+            self.obs("TL107", sites, f"step {st.steps + 1}: {st.name}.step() at line {sites[0][1]} applied gradients "
+                                     f"still multiplied by the GradScaler's scale {_fmt(sc)} (scaled backward at line "
+                                     f"{bsites[0][1] if bsites else '?'}): gradient norm {_fmt(norm)}, "
+                                     f"{_fmt(norm / sc) if sc else '?'} once unscaled, so the update was {_fmt(sc)} "
+                                     f"times too large and steps with inf/NaN gradients were not skipped")
+        self._check_step(opt, st, sites, closure)
 
     def step_post(self, opt, args, kwargs):
         if self.suspended:
             return
         self.opt_steps += 1
+        if self.snapshots:
+            self._check_snapshots()
         if self.last_loader is not None:  # the loader whose batch fed this (training) step
             self._check_loader_shuffle(self.last_loader)
-        if self.opt_steps >= self.max_steps and not self.stopped:
+        if self.opt_steps >= self.max_steps and not self.stopped and self._may_stop(self.opt_steps, self.max_steps):
             self.stopped = True
             self.emit("stop", reason=f"run capped after {self.opt_steps} optimizer steps", step=self.backwards)
             raise StopRun()
@@ -387,6 +424,8 @@ class Probes(TorchFunctionMode):
         self._after_step(st)
 
     def _after_step(self, st: _Opt):
+        st.scaled_by = None
+        st.unscaled = False
         st.touched = False
         st.bw_since_step = 0
         st.cleared_between = None
@@ -462,7 +501,8 @@ class Probes(TorchFunctionMode):
 
     def _backward(self, orig, args, kwargs, is_tensor):
         sites = self.sites()
-        if self.backwards >= self.max_backward and not self.stopped:
+        if self.backwards >= self.max_backward and not self.stopped and \
+                self._may_stop(self.backwards, self.max_backward):
             self.stopped = True
             self.emit("stop", reason=f"run capped after {self.backwards} backward() calls", step=self.backwards)
             raise StopRun()
@@ -519,6 +559,7 @@ class Probes(TorchFunctionMode):
             self.anomaly_on = False
             set_anomaly(self, self.user_anomaly)
         after = self.signature()
+        scaled = self._lookup(self.scaled, t) if isinstance(t, torch.Tensor) and self.scaled else None
         for key, st in list(self.opts.items()):
             if sig.get(key) == after.get(key):
                 continue
@@ -527,6 +568,8 @@ class Probes(TorchFunctionMode):
                 continue
             st.touched = True
             st.ever_touched = True
+            if scaled is not None:
+                st.scaled_by = (scaled, sites)
             st.bw_since_step += 1
             st.bw_count += 1
             st.last_bw_site = sites
@@ -588,7 +631,7 @@ class Probes(TorchFunctionMode):
         if self.depth != 1 or self.suspended:
             return
         self.forwards += 1
-        if self.forwards > self.max_forward and not self.stopped:
+        if self.forwards > self.max_forward and not self.stopped and self._may_stop(self.forwards, self.max_forward):
             self.stopped = True
             self.emit("stop", reason=f"run capped after {self.forwards} forward calls", step=self.backwards)
             raise StopRun()
@@ -685,24 +728,56 @@ class Probes(TorchFunctionMode):
             return func(*args, **kwargs)
         name = getattr(func, "__name__", "")
         codes = self.codes
+        if (name == "__get__" or name == "__set__") and "TL302" in codes and args and \
+                isinstance(args[0], torch.Tensor) and getattr(getattr(func, "__self__", None), "__name__", "") == "data":
+            return self._data_attr(func, name, args, kwargs)
+        if self.cuda_standin:
+            args, kwargs, same = self._cuda_on_cpu(name, args, kwargs)
+            if same is not None:  # `.cuda()` stood in by the CPU: still a move for the device probes
+                if "TL602" in codes or "TL601" in codes:
+                    self._propagate(func, name, args, kwargs, same)
+                return same
+        if name == "__getitem__" and "TL302" in codes and args and isinstance(args[0], torch.Tensor) and \
+                args[0].dim() == 0 and self._lookup(self.data_alias, args[0]) is not None:
+            sites = self.sites()
+            if sites:
+                self.obs("TL302", sites, f"step {self.backwards + 1}: `.data[...]` at line {sites[0][1]} indexed the "
+                                         f"0-dim tensor that `.data` returned (a loss is a 0-dim tensor since "
+                                         f"PyTorch 0.4): this raises IndexError; `.item()` reads the value",
+                         key=("TL302-index", tuple(sites[0][:2])))
+        if name in ("log", "log2", "log10") and "TL405" in codes and args and isinstance(args[0], torch.Tensor):
+            out = func(*args, **kwargs)
+            self._log_check(name, args[0], out)
+            return out
         if name in _LOSSES and args:
             self._loss_check(name, args, kwargs)
         inplace = ""
-        if "TL301" in codes:
+        if "TL301" in codes or "TL302" in codes:
             inplace = _is_inplace(func, kwargs)
+        alias = None
+        if inplace and "TL302" in codes and args and isinstance(args[0], torch.Tensor):
+            alias = self._lookup(self.data_alias, args[0])
+            if alias is not None:
+                src = alias[0]()
+                alias = (src, src._version, float(args[0].detach().float().norm())) if src is not None else None
         if name in ("argmax", "max") and "TL702" in codes and args and isinstance(args[0], torch.Tensor):
             if len(args) == 1 and "dim" not in kwargs and args[0].dim() >= 2 and args[0].shape[0] > 1:
                 sites = self.sites()
                 if sites:
                     self.obs("TL702", sites, f"step {self.backwards + 1}: {name}() at line {sites[0][1]} without "
                                              f"dim= on a tensor of shape {list(args[0].shape)} returned one "
-                                             f"index for the whole batch")
+                                             f"index for the whole batch", weak=True)
         try:
             out = func(*args, **kwargs)
         except RuntimeError as exc:
             self._op_error(exc, name, args, kwargs)
             raise
-        if inplace and args and isinstance(args[0], torch.Tensor) and torch.is_grad_enabled():
+        if alias is not None:
+            self._data_inplace(inplace, args[0], alias)
+        if name in ("softmax", "sigmoid", "_softmax") and "TL405" in codes and isinstance(out, torch.Tensor) and \
+                out.grad_fn is None:
+            self._tag(self.squashed, out, name.strip("_"))
+        if inplace and "TL301" in codes and args and isinstance(args[0], torch.Tensor) and torch.is_grad_enabled():
             t = args[0]
             if t.requires_grad:
                 sites = self.sites()
@@ -713,6 +788,130 @@ class Probes(TorchFunctionMode):
         if "TL602" in codes or "TL601" in codes:
             self._propagate(func, name, args, kwargs, out)
         return out
+
+    def _lookup(self, table, t):
+        r = table.get(id(t))
+        if r is None:
+            return None
+        ref, value = r
+        return value if ref() is t else None
+
+    def standin(self, key, text, sites=None):
+        """Record once per run what was stood in for (said in the evidence)."""
+        if key in self.standins:
+            return
+        self.standins[key] = text
+        self.emit("standin", key=key, text=text, sites=sites or [], step=self.backwards)
+
+    def _cuda_on_cpu(self, name, args, kwargs):
+        """CUDA-only code on a CPU run: `.cuda()`, `device="cuda"`, `.to("cuda")` and pinned
+        memory run on the CPU instead (without CUDA they would raise before any training)."""
+        def is_cuda(v):
+            return (isinstance(v, str) and v.startswith("cuda")) or (isinstance(v, torch.device) and v.type == "cuda")
+
+        hit = False
+        if name in ("cuda", "pin_memory") and args and isinstance(args[0], torch.Tensor):
+            self._standin_cuda()
+            return args, kwargs, args[0]
+        dev = kwargs.get("device")
+        if dev is not None and is_cuda(dev):
+            kwargs = dict(kwargs)
+            kwargs["device"] = "cpu"
+            hit = True
+        if name == "to" and any(is_cuda(a) for a in args[1:]):
+            args = tuple("cpu" if i and is_cuda(a) else a for i, a in enumerate(args))
+            hit = True
+        if hit:
+            self._standin_cuda()
+        return args, kwargs, None
+
+    def _standin_cuda(self):
+        if "cuda" not in self.standins:
+            sites = self.sites()
+            self.standin("cuda", f"the program asks for CUDA (line {sites[0][1] if sites else '?'}); with "
+                                 f"--device cpu, its `.cuda()`/`device=\"cuda\"` tensors stayed on the CPU", sites)
+
+    def _data_attr(self, func, name, args, kwargs):
+        """TL302: `x.data` read or assigned."""
+        src = args[0]
+        grad_fn = src.grad_fn
+        version = src._version
+        out = func(*args, **kwargs)
+        if _torch_caller(sys._getframe(1)):  # torch's own `.data` (Module._apply swaps param.data)
+            return out
+        sites = self.sites()
+        if not sites:
+            return out
+        line, k = sites[0][1], self.backwards + 1
+        what = "a parameter" if isinstance(src, nn.Parameter) else "a tensor that requires grad"
+        if name == "__set__":
+            new = args[1] if len(args) > 1 else None
+            if src.requires_grad and isinstance(new, torch.Tensor):
+                self.obs("TL302", sites, f"step {k}: `.data =` at line {line} swapped the values of {what} "
+                                         f"(shape {list(src.shape)}) for a {new.dtype} tensor of shape "
+                                         f"{list(new.shape)} on {new.device} without any shape, dtype or device "
+                                         f"check, and autograd's version counter stayed at {src._version}",
+                         weak=True)
+            return out
+        if isinstance(out, torch.Tensor):
+            self._tag(self.data_alias, out, (weakref.ref(src), sites))
+        if grad_fn is not None and torch.is_grad_enabled():
+            self.obs("TL302", sites, f"step {k}: `.data` at line {line} read a tensor attached to the autograd "
+                                     f"graph (produced by {grad_fn.name()}, shape {list(src.shape)}): the value it "
+                                     f"returned has no grad_fn, so the gradient stops there without a `.detach()` "
+                                     f"saying so, and it has its own version counter (version "
+                                     f"{getattr(out, '_version', 0)}, the graph tensor's is {version}), so autograd "
+                                     f"cannot see in-place changes made through it", weak=True)
+        elif not src.requires_grad:
+            self.anti("TL302", sites, f"`.data` at line {line} read a tensor outside the autograd graph "
+                                      f"(requires_grad=False): nothing was cut")
+        return out
+
+    def _data_inplace(self, op, alias_t, alias):
+        src, v0, norm0 = alias
+        if not src.requires_grad or src._version != v0:
+            return
+        sites = self.sites()
+        if not sites:
+            return
+        try:
+            norm1 = float(alias_t.detach().float().norm())
+        except Exception:
+            norm1 = norm0
+        what = "a parameter" if isinstance(src, nn.Parameter) else "a tensor that requires grad"
+        self.obs("TL302", sites, f"step {self.backwards + 1}: {op}() at line {sites[0][1]} changed {what} of shape "
+                                 f"{list(src.shape)} in place through `.data` (norm {_fmt(norm0)} → {_fmt(norm1)}) "
+                                 f"while autograd's version counter stayed at {v0}: a graph that saved it would "
+                                 f"use the new values without the error `torch.no_grad()` + an in-place op gives",
+                 weak=True)
+
+    def _log_check(self, name, x, out):
+        """TL405: log() of softmax/sigmoid outputs."""
+        sites = self.sites()
+        if not sites:
+            return
+        prov = _provenance(x)
+        kind = {"SoftmaxBackward0": "softmax", "SigmoidBackward0": "sigmoid"}.get(prov) or \
+            self._lookup(self.squashed, x)
+        line = sites[0][1]
+        if not kind:
+            self.anti("TL405", sites, f"{name}() at line {line} took a tensor "
+                                      f"{'produced by ' + prov if prov else 'not produced by softmax or sigmoid'}")
+            return
+        try:
+            with torch.no_grad():
+                mn = float(x.detach().float().min())
+                ninf = int(torch.isinf(out.detach()).sum()) if isinstance(out, torch.Tensor) else 0
+                lo = float(out.detach().float().min()) if isinstance(out, torch.Tensor) else float("nan")
+        except Exception:
+            mn, ninf, lo = float("nan"), 0, float("nan")
+        gap = {torch.float16: 17, torch.bfloat16: 92, torch.float64: 745}.get(x.dtype, 104)
+        alt = "log_softmax" if kind == "softmax" else "logsigmoid"
+        self.obs("TL405", sites, f"step {self.backwards + 1}: {name}() at line {line} took the output of {kind} "
+                                 f"({x.dtype}, shape {list(x.shape)}; smallest value {_fmt(mn)}, log {_fmt(lo)})"
+                                 + (f": {ninf} value(s) were already -inf" if ninf else "")
+                                 + f"; a value that rounds to 0 in {x.dtype} (a logit gap above ~{gap}) gives -inf "
+                                   f"and NaN gradients, which {alt} avoids by computing the log directly")
 
     def _op_error(self, exc, name, args, kwargs):
         msg = str(exc).split("\n")[0]
@@ -943,7 +1142,7 @@ class Probes(TorchFunctionMode):
                 type(loader.batch_sampler).__name__ == "BatchSampler":
             self.obs("TL701", site, f"step {self.backwards}: the DataLoader created at line "
                                     f"{site[0][1] if site else '?'} fed an optimizer step with a "
-                                    f"SequentialSampler: batches come in the same order every epoch")
+                                    f"SequentialSampler: batches come in the same order every epoch", weak=True)
         else:
             self.anti("TL701", site, f"the DataLoader created at line {site[0][1] if site else '?'} uses "
                                      f"{type(sampler).__name__}")
@@ -994,6 +1193,243 @@ class Probes(TorchFunctionMode):
                         probes.anomaly_site = sites
             return orig(mode, *args, **kwargs)
         return set_detect_anomaly
+
+    def _direct_forward(self, frame):
+        """TL303: a module's forward() entered straight from user code, not through Module.__call__."""
+        caller = frame.f_back
+        if caller is None or self.suspended or not self._is_user(caller.f_code.co_filename):
+            return
+        try:
+            names = frame.f_code.co_varnames
+            obj = frame.f_locals.get(names[0]) if names and frame.f_code.co_argcount else None
+        except Exception:
+            return
+        if not isinstance(obj, nn.Module):
+            return
+        if caller.f_code.co_name == "forward":  # super().forward(x) inside the module's own forward
+            try:
+                cnames = caller.f_code.co_varnames
+                if cnames and caller.f_locals.get(cnames[0]) is obj:
+                    return
+            except Exception:
+                return
+        import torch.nn.modules.module as modmod
+
+        own = len(obj._forward_hooks) + len(obj._forward_pre_hooks)
+        glob = len(modmod._global_forward_hooks) + len(modmod._global_forward_pre_hooks)
+        sites = [[os.path.abspath(caller.f_code.co_filename), caller.f_lineno, caller.f_code.co_name]]
+        f = caller.f_back
+        while f is not None and len(sites) < 8:
+            if self._is_user(f.f_code.co_filename):
+                sites.append([os.path.abspath(f.f_code.co_filename), f.f_lineno, f.f_code.co_name])
+            f = f.f_back
+        self.obs("TL303", sites, f"step {self.backwards + 1}: {type(obj).__name__}.forward() was called directly at "
+                                 f"line {caller.f_lineno}: Module.__call__ did not run, so no forward hook ran for "
+                                 f"this call ({own} registered on the module itself and {glob} global ones, among "
+                                 f"them the probes' own forward pre-hook, which saw no call)",
+                 weak=own == 0 and glob <= 2)
+
+    def norm_init(self, orig):
+        """TL703: the eps of every normalisation layer built, and what it does to a unit-variance batch."""
+        probes = self
+
+        def __init__(mod, *args, **kwargs):
+            orig(mod, *args, **kwargs)
+            if probes.suspended or "TL703" not in probes.codes:
+                return
+            sites = probes.sites()
+            eps = getattr(mod, "eps", None)
+            if not sites or not isinstance(eps, float):
+                return
+            name, line = type(mod).__name__, sites[0][1]
+            if eps <= 1e-3:
+                probes.anti("TL703", sites, f"{name} built at line {line} has eps={eps:g}")
+                return
+            effect = probes._norm_effect(mod)
+            probes.obs("TL703", sites, f"{name} built at line {line} has eps={_fmt(eps)} (momentum="
+                                       f"{getattr(mod, 'momentum', None)}): it normalises by sqrt(var + {_fmt(eps)}) "
+                                       f"instead of sqrt(var + 1e-05)" + effect)
+        return __init__
+
+    def _norm_effect(self, mod) -> str:
+        import copy
+
+        n = getattr(mod, "num_features", 0)
+        if not isinstance(n, int) or n <= 0 or n > 4096:
+            return ""
+        self.suspended += 1
+        try:
+            m = copy.deepcopy(mod).float().train()
+            torch.manual_seed(0)
+            for shape in ((16, n), (8, n, 4, 4), (4, n, 2, 2, 2), (2, n, 16)):
+                try:
+                    with torch.no_grad():
+                        x = torch.randn(*shape, device=next(m.parameters(), torch.zeros(())).device)
+                        y = m(x)
+                    return (f"; on a unit-variance batch of shape {list(shape)} its output had standard deviation "
+                            f"{_fmt(float(y.std()))} instead of {_fmt(float(x.std()))}")
+                except Exception:
+                    continue
+        except Exception:
+            return ""
+        finally:
+            self.suspended -= 1
+        return ""
+
+    # ------------------------------------------------------------------ state_dict snapshots (TL206)
+    def state_dict_wrapper(self, orig, is_module):
+        probes = self
+
+        def state_dict(obj, *args, **kwargs):
+            if probes.suspended or "TL206" not in probes.codes or probes.sd_depth:
+                return orig(obj, *args, **kwargs)
+            probes.sd_depth += 1
+            try:
+                r = orig(obj, *args, **kwargs)
+            finally:
+                probes.sd_depth -= 1
+            if args or kwargs.get("destination") is not None or kwargs.get("keep_vars"):
+                return r
+            sites = probes.sites()
+            if sites and len(probes.snapshots) < 32:
+                ts = list(_tensors(r.get("state") if not is_module and isinstance(r, dict) else r, depth=-1))
+                entries = [(weakref.ref(t), _checksum(t)) for t in ts[:256] if t.is_floating_point()]
+                if entries:
+                    probes.snapshots.append({"sites": sites, "step": probes.opt_steps, "entries": entries,
+                                             "what": "optimizer" if not is_module else "model",
+                                             "name": type(obj).__name__, "done": False})
+            return r
+        return state_dict
+
+    def _check_snapshots(self):
+        """After an optimizer step: did the state_dict() snapshots kept by the program change with it?"""
+        for snap in self.snapshots:
+            if snap["done"] or snap["step"] >= self.opt_steps:
+                continue
+            alive = [(r(), c) for r, c in snap["entries"] if r() is not None]
+            sites, line = snap["sites"], snap["sites"][0][1]
+            if not alive:
+                snap["done"] = True
+                self.anti("TL206", sites, f"the {snap['name']}.state_dict() taken at line {line} was not kept past "
+                                          f"the next step (a copy was kept instead)")
+                continue
+            changed = sum(1 for t, c in alive if _checksum(t) != c)
+            if changed:
+                snap["done"] = True
+                snap["changed"] = (changed, len(alive), self.opt_steps)
+                self.obs("TL206", sites, f"step {self.opt_steps}: the {snap['name']}.state_dict() kept at line {line} "
+                                         f"(after step {snap['step']}) changed with the next optimizer step: "
+                                         f"{changed} of its {len(alive)} tensors are the {snap['what']}'s live "
+                                         f"tensors, not a copy, so restoring it restores the current values",
+                         weak=True)
+        if len(self.snapshots) > 24:
+            self.snapshots = [x for x in self.snapshots if not x["done"]][-24:]
+
+    def load_state_dict_wrapper(self, orig):
+        probes = self
+
+        def load_state_dict(obj, state_dict, *args, **kwargs):
+            if not probes.suspended and "TL206" in probes.codes and isinstance(state_dict, dict):
+                ids = {id(t) for t in _tensors(state_dict, depth=-1)}
+                for snap in probes.snapshots:
+                    if any(r() is not None and id(r()) in ids for r, _ in snap["entries"]) and snap.get("changed"):
+                        sites = probes.sites()
+                        changed, n, step = snap["changed"]
+                        probes.obs("TL206", snap["sites"] + sites,
+                                   f"the {snap['name']}.state_dict() kept at line {snap['sites'][0][1]} after step "
+                                   f"{snap['step']} was restored at line {sites[0][1] if sites else '?'}, but "
+                                   f"{changed} of its {n} tensors were the live tensors and had changed with the "
+                                   f"training steps since (first at step {step}): the restore restored nothing",
+                                   key=("TL206-restore", tuple(snap["sites"][0][:2])))
+            return orig(obj, state_dict, *args, **kwargs)
+        return load_state_dict
+
+    # ------------------------------------------------------------------ GradScaler (TL106, TL107)
+    def scaler_scale(self, orig):
+        probes = self
+
+        def scale(scaler, outputs):
+            out = orig(scaler, outputs)
+            if not probes.suspended and getattr(scaler, "_enabled", False):
+                try:
+                    sc = float(scaler.get_scale())
+                except Exception:
+                    sc = None
+                for t in _tensors(out):
+                    probes._tag(probes.scaled, t, sc)
+            return out
+        return scale
+
+    def scaler_unscale(self, orig):
+        probes = self
+
+        def unscale_(scaler, optimizer):
+            r = orig(scaler, optimizer)
+            if not probes.suspended and isinstance(optimizer, torch.optim.Optimizer):
+                st = probes.opt_state(optimizer)
+                st.unscaled = True
+                st.scaled_by = None
+            return r
+        return unscale_
+
+    def scaler_init(self, orig):
+        probes = self
+
+        def __init__(scaler, *args, **kwargs):
+            orig(scaler, *args, **kwargs)
+            want = kwargs.get("enabled", args[5] if len(args) > 5 else True)
+            if probes.cuda_standin and want and not getattr(scaler, "_enabled", True) and \
+                    getattr(scaler, "_device", "") == "cuda" and {"TL106", "TL107"} & probes.codes:
+                args = list(args)
+                if args:
+                    args[0] = "cpu"
+                else:
+                    kwargs["device"] = "cpu"
+                orig(scaler, *args, **kwargs)
+                sites = probes.sites()
+                probes.standin("scaler", f"the GradScaler built at line {sites[0][1] if sites else '?'} for CUDA "
+                                         f"was enabled on the CPU (torch disables it without CUDA)", sites)
+        return __init__
+
+    def clip_wrapper(self, orig, kind):
+        probes = self
+
+        def clip(parameters, *args, **kwargs):
+            if probes.suspended or not ({"TL106"} & probes.codes):
+                return orig(parameters, *args, **kwargs)
+            if isinstance(parameters, torch.Tensor):
+                parameters = [parameters]
+            parameters = list(parameters)
+            r = orig(parameters, *args, **kwargs)
+            ids = {id(p) for p in parameters}
+            sites = probes.sites()
+            if not sites:
+                return r
+            line = sites[0][1]
+            limit = args[0] if args else kwargs.get("max_norm", kwargs.get("clip_value"))
+            for st in list(probes.opts.values()):
+                opt = st.ref()
+                if opt is None or not any(id(p) in ids for p in probes._params(opt)):
+                    continue
+                if st.scaled_by is not None:
+                    sc, bsites = st.scaled_by
+                    if kind == "norm" and isinstance(r, torch.Tensor):
+                        norm = float(r)
+                        size = (f"total norm {_fmt(norm)}, {_fmt(norm / sc)} once unscaled" if sc else
+                                f"total norm {_fmt(norm)}")
+                    else:
+                        size = "values"
+                    probes.obs("TL106", sites, f"step {probes.backwards}: {kind == 'norm' and 'clip_grad_norm_' or 'clip_grad_value_'}"
+                                               f"() at line {line} clipped the gradients of {st.name} while they were "
+                                               f"still multiplied by the GradScaler's scale {_fmt(sc)} (scaled "
+                                               f"backward at line {bsites[0][1] if bsites else '?'}; {size}) against "
+                                               f"{_fmt(float(limit)) if isinstance(limit, (int, float)) else limit}: the "
+                                               f"threshold applies to gradients {_fmt(sc)} times too large")
+                elif st.unscaled:
+                    probes.anti("TL106", sites, f"clipping at line {line} ran after scaler.unscale_(): the gradients "
+                                                f"were unscaled")
+            return r
+        return clip
 
     # ------------------------------------------------------------------ graph retention
     def _measure_graphs(self, k):
@@ -1113,6 +1549,15 @@ def _torch_caller(frame) -> bool:
     return False
 
 
+def _checksum(t):
+    try:
+        with torch.no_grad():
+            x = t.detach().double()
+            return (float(x.sum()), float(x.abs().sum()))
+    except Exception:
+        return None
+
+
 def _series(run) -> str:
     vals = [str(e[1]) for e in run]
     if len(vals) > 7:
@@ -1163,8 +1608,10 @@ def install(cfg: dict, emit: Writer) -> Probes:
         p.user_files = {os.path.abspath(x) for x in cfg.get("user_files", ())}
         p._fn_cache = {}
         p.reset()
+        standins.install(p)
         return p
     p = Probes(cfg, emit)
+    standins.install(p)
     _INSTALLED["probes"] = p
     from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
     import torch.nn.modules.module as modmod
@@ -1194,6 +1641,31 @@ def install(cfg: dict, emit: Writer) -> Probes:
         GradScaler.step = p.scaler_step(GradScaler.step)
     except Exception:
         pass
+    from torch.nn.modules.batchnorm import _NormBase
+
+    _NormBase.__init__ = p.norm_init(_NormBase.__init__)
+    nn.Module.state_dict = p.state_dict_wrapper(nn.Module.state_dict, True)
+    torch.optim.Optimizer.state_dict = p.state_dict_wrapper(torch.optim.Optimizer.state_dict, False)
+    nn.Module.load_state_dict = p.load_state_dict_wrapper(nn.Module.load_state_dict)
+    torch.optim.Optimizer.load_state_dict = p.load_state_dict_wrapper(torch.optim.Optimizer.load_state_dict)
+    try:
+        from torch.amp.grad_scaler import GradScaler
+
+        GradScaler.__init__ = p.scaler_init(GradScaler.__init__)
+        GradScaler.scale = p.scaler_scale(GradScaler.scale)
+        GradScaler.unscale_ = p.scaler_unscale(GradScaler.unscale_)
+    except Exception:
+        pass
+    import torch.nn.utils as nnutils
+    import torch.nn.utils.clip_grad as clipmod
+
+    for attr, kind in (("clip_grad_norm_", "norm"), ("clip_grad_value_", "value")):
+        orig = getattr(nnutils, attr, None)
+        if orig is not None:
+            w = p.clip_wrapper(orig, kind)
+            setattr(nnutils, attr, w)
+            if getattr(clipmod, attr, None) is orig:
+                setattr(clipmod, attr, w)
     from torch.optim import lr_scheduler
 
     lr_scheduler.LRScheduler.step = p.scheduler_step(lr_scheduler.LRScheduler.step)
@@ -1216,6 +1688,14 @@ def install(cfg: dict, emit: Writer) -> Probes:
         torch.autograd.detect_anomaly.__init__ = da_init
     except Exception:
         pass
+    import argparse
+
+    orig_error = argparse.ArgumentParser.error
+
+    def arg_error(parser, message):  # the reason a script exits with status 2
+        p.emit("argerr", message=str(message)[:300])
+        return orig_error(parser, message)
+    argparse.ArgumentParser.error = arg_error
     p.__enter__()  # the TorchFunctionMode stays on for the whole run
     return p
 
