@@ -6,7 +6,7 @@ import re
 
 from torchlint.model import catalog
 from torchlint.model.ir import BACKWARD, GRAD_OFF, STEP, CallOp, all_ops, walk
-from torchlint.model.queries import is_kind, is_scalar_tensor, reaches_backward
+from torchlint.model.queries import between_forward_and_backward, is_kind, is_scalar_tensor
 from torchlint.rule import Report, Rule
 
 from . import register
@@ -214,40 +214,42 @@ class DataAttribute(Rule):
         "silently wrong instead of raising an error; assigning `p.data = t` swaps a parameter's "
         "tensor without any shape, dtype or device check. `x.detach()` for reads and "
         "`with torch.no_grad():` for in-place updates are the supported spellings.\n\n"
-        "Reported: `.data` written on a tensor produced by the model or derived from it; `.data` "
-        "read from such a tensor inside a module's `forward` or where the value "
-        "reaches the loss that is differentiated (a stop-gradient target written as `.data`), "
-        "outside `no_grad`; `.data` writes on parameters inside a training loop (a loop "
-        "whose iterations run `backward()` or `optimizer.step()`: weight clipping, hand-written "
-        "SGD); `p.data = t` in `__init__` and in training loops; `loss.data[0]`, which raises "
-        "`IndexError` on the 0-dim losses of PyTorch 0.4 and later. Not reported: `.data` under "
-        "`no_grad`, reads for logging and metrics (`running_loss += loss.data`, "
-        "`out.data.argmax(1)`), reads of parameters, in-place initialisation "
-        "(`m.weight.data.normal_()`), model surgery outside training (re-parameterisation, "
-        "freezing, loading weights), and `p.grad.data` (see the option)."
+        "Reported where it changes what training computes: `.data` written on a tensor "
+        "produced by the model or derived from it; `.data` read from such a tensor inside a "
+        "module's `forward` (a gradient of the model silently cut), outside `no_grad`; a "
+        "parameter written through `.data` between the forward and the backward that "
+        "differentiates it (the gradient is computed from values autograd never saw change); "
+        "`loss.data[0]`, which raises `IndexError` on the 0-dim losses of PyTorch 0.4 and later. "
+        "Not reported: `.data` under `no_grad`; reads outside a `forward`, for logging and "
+        "metrics (`running_loss += loss.data`, `out.data.argmax(1)`) or as a stop-gradient on "
+        "the way to the loss (a TD target, the hidden state of truncated BPTT, the inputs of a "
+        "gradient penalty: `.detach()` gives the same values and gradients); reads of "
+        "parameters; initialisation (`m.weight.data.normal_()`, `emb.weight.data = vectors`); "
+        "parameter writes after the backward (WGAN weight clipping after the step, hand-written "
+        "SGD, averaged weights swapped in for evaluation) and outside training (surgery, "
+        "freezing, loading weights); and `p.grad.data` (see the option)."
     )
     example = """\
-for real, _ in loader:
-    noise = torch.randn(real.size(0), 100, 1, 1)
-    fake = netG(noise).data
-    optimizerD.zero_grad()
-    loss_d = netD(fake).mean() - netD(real).mean()
-    loss_d.backward()
-    optimizerD.step()
-    for p in netD.parameters():
-        p.data.clamp_(-0.01, 0.01)
+class FrozenEncoderClassifier(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.encoder = nn.Linear(784, 128)
+        self.head = nn.Linear(128, 10)
+
+    def forward(self, x):
+        h = torch.relu(self.encoder(x)).data
+        return self.head(h)
 """
     use_instead = """\
-for real, _ in loader:
-    noise = torch.randn(real.size(0), 100, 1, 1)
-    fake = netG(noise).detach()
-    optimizerD.zero_grad()
-    loss_d = netD(fake).mean() - netD(real).mean()
-    loss_d.backward()
-    optimizerD.step()
-    with torch.no_grad():
-        for p in netD.parameters():
-            p.clamp_(-0.01, 0.01)
+class FrozenEncoderClassifier(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.encoder = nn.Linear(784, 128)
+        self.head = nn.Linear(128, 10)
+
+    def forward(self, x):
+        h = torch.relu(self.encoder(x)).detach()
+        return self.head(h)
 """
     fix_safety = "unsafe"
     fix_doc = ("`loss.data[0]` becomes `loss.item()` (safe: the only value a 0-dim tensor has). "
@@ -294,9 +296,11 @@ for real, _ in loader:
                                "autograd's back; gradients become silently wrong (modify a "
                                "`.detach()`ed copy or use an out-of-place op)")
                         yield Report(d.node, msg, scope=fn.qualname)
-                    elif (fn.name == "forward" and mm.is_module_method(fn)) or reaches_backward(mm, fn, d.op, d.node):
-                        # inside forward, or on the way to the loss: a gradient silently cut;
-                        # a read for logging or metrics (`running += loss.data`) is harmless
+                    elif fn.name == "forward" and mm.is_module_method(fn):
+                        # inside forward: a gradient of the model silently cut.  Outside a
+                        # forward a read is the stop-gradient `.detach()` spells (a TD target,
+                        # the hidden state of truncated BPTT, the inputs of a gradient penalty)
+                        # or a read for logging and metrics: the same values and gradients
                         msg = ("`.data` silently detaches a tensor of the autograd graph; use "
                                "`.detach()` (same result, but autograd still checks in-place changes)")
                         yield Report(d.node, msg, fix=_detach_fix(d), scope=fn.qualname)
@@ -304,14 +308,20 @@ for real, _ in loader:
                 if "param" not in f or not d.write:
                     continue
                 init = fn.name == "__init__" or bool(_INIT_NAME.search(fn.name))
-                if d.assign and (fn.name == "__init__" or _in_training_loop(mm, d.op)):
-                    yield Report(d.node, "assigning `.data` swaps the parameter's tensor without shape, "
-                                 "dtype or device checks and behind autograd's back; use "
-                                 "`with torch.no_grad(): param.copy_(value)`", scope=fn.qualname)
-                elif not init and _in_training_loop(mm, d.op):
-                    yield Report(d.node, "in-place update of a parameter through `.data` in the training "
-                                 "loop bypasses autograd's checks; do it under `with torch.no_grad():`",
-                                 scope=fn.qualname)
+                if init or not between_forward_and_backward(mm, fn, d.op):
+                    # initialisation, or a write after the backward (weight clipping after the
+                    # step, hand-written SGD, swapping averaged weights in for evaluation):
+                    # nothing recorded in a graph still to be differentiated saw the old value
+                    continue
+                if d.assign:
+                    yield Report(d.node, "assigning `.data` swaps the parameter's tensor between the forward "
+                                 "and the backward that differentiates it, behind autograd's back; use "
+                                 "`with torch.no_grad(): param.copy_(value)` after the backward", scope=fn.qualname)
+                else:
+                    yield Report(d.node, "in-place update of a parameter through `.data` between the forward "
+                                 "and the backward that differentiates it: the gradient is computed from "
+                                 "values autograd did not see change; update it after `backward()` under "
+                                 "`with torch.no_grad():`", scope=fn.qualname)
 
 
 def _base_code(mm, d) -> str:

@@ -397,3 +397,37 @@ def is_scalar_tensor(mm, fn, expr, facts, depth: int = 0) -> bool:
                 s = mm.summary_of(op.info)
                 return bool(s and s.get("backward") and "graph" in s.get("returns", ()))
     return value is not expr and is_scalar_tensor(mm, owner, value, frozenset(), depth + 1)
+
+
+def between_forward_and_backward(mm, fn, op) -> bool:
+    """``op`` runs, in an iteration of a training loop of ``fn``, after a forward of the model
+    (in ``fn`` itself) and before the backward that follows it (no backward or optimizer step in
+    between, directly or through a helper): what it changes is differentiated with values the
+    forward did not see.  A change
+    after the backward or the step (weight clipping, a hand-written update, weights swapped in
+    for evaluation) is not; the iteration wraps around, so one at the top of the loop follows
+    the previous iteration's step."""
+    lp = op.loop
+    while lp is not None:
+        events = []
+        seen = False
+        for o in walk(lp.body):
+            if o is op:
+                events.append("op")
+                seen = True
+            elif isinstance(o, CallOp):
+                if is_kind(mm, o, BACKWARD):
+                    events.append(BACKWARD)
+                elif is_kind(mm, o, STEP):
+                    events.append(STEP)
+                elif o.kind == FORWARD:
+                    # a forward here: one inside a helper (an evaluate()) leaves no graph
+                    # behind for this loop's backward
+                    events.append(FORWARD)
+        if seen and (BACKWARD in events or STEP in events):
+            i = events.index("op")
+            before = [e for e in events[:i] if e != "op"] or [e for e in events[i + 1:] if e != "op"]
+            after = [e for e in events[i + 1:] if e != "op"] or [e for e in events[:i] if e != "op"]
+            return bool(before and after) and before[-1] == FORWARD and after[0] == BACKWARD
+        lp = lp.parent
+    return False
