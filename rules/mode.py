@@ -385,6 +385,8 @@ with torch.no_grad():
             for loop in [o for o in all_ops(fn) if isinstance(o, LoopOp)]:
                 if any(within(loop, r) for r in reported_loops):
                     continue
+                if loop.runs_once:
+                    continue  # one batch taken to look at (`...; break`): one graph, not one per batch
                 fwds = [o for o in walk(loop.body) if isinstance(o, CallOp) and o.kind == FORWARD]
                 if not fwds or uses_autograd(mm, loop.body):
                     continue

@@ -106,9 +106,21 @@ def _decorator_grad(mm, name: str, depth: int = 0):
     return None
 
 
+def _imported_decorator_grad(mm, name: str):
+    """The grad mode a decorator imported from another module of the tree applies (its
+    summary's ``applies_grad``, see ``export_summaries``)."""
+    if name in mm.functions or "." not in name and not mm.imports.names.get(name):
+        return None
+    ref = mm._external(name)
+    if ref is None:
+        return None
+    s = mm.summary_of(ref)
+    return (s or {}).get("applies_grad")
+
+
 def _apply_decorator_grad(mm, fn) -> None:
     for dq in fn.decorators:
-        g = _decorator_grad(mm, dq)
+        g = _decorator_grad(mm, dq) or _imported_decorator_grad(mm, dq)
         if g is not None:
             fn.decorator_grad = g
             for op in walk(fn.body):
@@ -749,7 +761,12 @@ class ModuleModel:
         for fn in self.all_functions:
             if fn.is_module_level or fn.parent is not None:
                 continue
-            out[f"{self.module_name}.{fn.qualname}"] = _compact(self.summary_of(fn))
+            s = _compact(self.summary_of(fn))
+            if fn.cls is None and fn.nested or any(isinstance(op, ReturnOp) for op in fn.body):
+                g = _decorator_grad(self, fn.name) if fn.cls is None else None
+                if g is not None:  # a decorator that runs what it wraps under no_grad / enable_grad
+                    s["applies_grad"] = g
+            out[f"{self.module_name}.{fn.qualname}"] = s
         return out
 
     def export_calls(self) -> list:

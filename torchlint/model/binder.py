@@ -427,6 +427,12 @@ class Binder:
 
     def _loop_common(self, loop: LoopOp, body, orelse) -> None:
         self._emit(loop)
+        stmts = getattr(body, "body", ())
+        last = stmts[-1] if stmts else None
+        if isinstance(last, cst.SimpleStatementLine) and last.body and \
+                isinstance(last.body[-1], (cst.Break, cst.Return)):
+            # ``for x, y in loader: ...; break``: one batch, not a loop over the data
+            loop.runs_once = True
         loop.parent = self._loop
         saved = self._loop
         self._loop = loop

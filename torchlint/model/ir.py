@@ -112,6 +112,7 @@ class LoopOp(Op):
     body: list = field(default_factory=list)
     orelse: list = field(default_factory=list)
     parent: Optional["LoopOp"] = field(default=None, repr=False)
+    runs_once: bool = False  # the body ends with an unconditional break/return
 
 
 @dataclass(eq=False)

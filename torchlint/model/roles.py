@@ -88,6 +88,10 @@ class RoleResolver:
                     return self.of_expr(fn, expr.args[0].value)
                 if attr == "from_pretrained":
                     base = dotted(func.value) or ""
+                    if base and catalog.non_torch_object(self.mm.qualify(base)):
+                        # a diffusers pipeline (``AutoPipelineForText2Image``): its ``__call__``
+                        # runs no_grad sampling, it is not a module
+                        return (None, None)
                     if "Model" in base or "ForCausalLM" in base or "For" in base:
                         return (catalog.MODEL, None)
             return (None, None)
