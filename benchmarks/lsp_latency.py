@@ -1,19 +1,23 @@
-"""Latency of the language server: from `didChange` on a ~2,000-line training file to the
-`publishDiagnostics` for that version.
+"""Latency of the language server on 500-, 2,000- and 5,000-line training files: from
+`didChange` to the `publishDiagnostics` of that version, and from a code action request (on
+a diagnostic, as an editor asks when the cursor is on it) to its answer.
 
-    python benchmarks/lsp_latency.py [--lines 2000] [--edits 30] [--debounce-ms 300]
+    python benchmarks/lsp_latency.py [--lines 500,2000,5000] [--edits 30] [--debounce-ms 300]
 
-Starts `python -m torchlint lsp` over stdio (as an editor would), opens a generated training
-module (models, training loops, evaluation helpers; a few of them buggy), waits for the first
-diagnostics, then makes `--edits` small edits one at a time and measures, for each, the time
-until the diagnostics of that document version arrive. The server debounces changes (300 ms
-by default), so the total includes it; the script also prints the time net of the debounce.
+Starts `python -m torchlint lsp` over stdio (as an editor would) once per size, opens a
+generated training module (models, training loops, evaluation helpers; a few of them buggy),
+waits for the first diagnostics, then makes `--edits` edits one at a time (a comment retyped,
+a line opened in a training loop and deleted again, all over the file) and measures, for
+each, the time until the diagnostics of that version arrive, then one code action request.
+The server debounces changes (300 ms by default): diagnostics figures are net of it. Prints
+p50/p95/max per size as a Markdown table (docs/editors.md).
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
 import os
+import random
 import statistics
 import sys
 import tempfile
@@ -102,8 +106,14 @@ def make_source(lines: int) -> str:
     return "".join(parts)
 
 
-async def run(args) -> int:
-    text = make_source(args.lines)
+def _pct(xs: list, q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
+
+
+async def measure(n: int, args) -> dict:
+    """One server session on a generated ``n``-line training module."""
+    text = make_source(n)
     n_lines = text.count("\n")
     tmp = tempfile.mkdtemp(prefix="torchlint-lsp-bench-")
     path = os.path.join(tmp, "train_many.py")
@@ -118,7 +128,7 @@ async def run(args) -> int:
     @client.feature(types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
     def on_diagnostics(params: types.PublishDiagnosticsParams):
         if params.uri == uri and params.version is not None:
-            arrived[params.version] = (time.perf_counter(), len(params.diagnostics))
+            arrived[params.version] = (time.perf_counter(), list(params.diagnostics))
             ev = events.get(params.version)
             if ev is not None:
                 ev.set()
@@ -134,50 +144,86 @@ async def run(args) -> int:
     t0 = time.perf_counter()
     client.text_document_did_open(types.DidOpenTextDocumentParams(
         types.TextDocumentItem(uri=uri, language_id="python", version=version, text=text)))
-    await asyncio.wait_for(events[version].wait(), 60)
+    await asyncio.wait_for(events[version].wait(), 120)
     first = arrived[version][0] - t0
-    n_diags = arrived[version][1]
+    n_diags = len(arrived[version][1])
     await asyncio.sleep(1.0)  # let the startup index finish
 
     lines = text.splitlines(True)
-    edit_line = next(i for i, ln in enumerate(lines) if "total += loss.item()" in ln)
-    latencies = []
+    sites = [i for i, ln in enumerate(lines) if "total += loss.item()" in ln]
+    rng = random.Random(n)
+    diag_ms, action_ms = [], []
+    inserted = None
     for k in range(args.edits):
         version += 1
         events[version] = asyncio.Event()
-        # retype a comment at the end of one line (an incremental change of one line)
-        old = lines[edit_line].rstrip("\n")
-        new = old.split("  #")[0] + f"  # edit {k}"
-        change = types.TextDocumentContentChangePartial(
-            range=types.Range(types.Position(edit_line, 0), types.Position(edit_line, len(old))), text=new)
-        lines[edit_line] = new + "\n"
+        # edits as typing makes them, all over the file: retype a comment at the end of a
+        # line, open a new line in a training loop, delete it again
+        if inserted is not None:
+            change = types.TextDocumentContentChangePartial(
+                range=types.Range(types.Position(inserted, 0), types.Position(inserted + 1, 0)), text="")
+            del lines[inserted]
+            inserted = None
+        elif k % 3 == 1:
+            inserted = rng.choice(sites) + 1
+            change = types.TextDocumentContentChangePartial(
+                range=types.Range(types.Position(inserted, 0), types.Position(inserted, 0)),
+                text="        seen = 0\n")
+            lines.insert(inserted, "        seen = 0\n")
+        else:
+            at = rng.choice(sites)
+            old = lines[at].rstrip("\n")
+            new = old.split("  #")[0] + f"  # edit {k}"
+            change = types.TextDocumentContentChangePartial(
+                range=types.Range(types.Position(at, 0), types.Position(at, len(old))), text=new)
+            lines[at] = new + "\n"
         t0 = time.perf_counter()
         client.text_document_did_change(types.DidChangeTextDocumentParams(
             types.VersionedTextDocumentIdentifier(uri=uri, version=version), [change]))
-        await asyncio.wait_for(events[version].wait(), 60)
-        latencies.append(arrived[version][0] - t0)
+        await asyncio.wait_for(events[version].wait(), 120)
+        diag_ms.append((arrived[version][0] - t0) * 1000)
+        # the editor asks for the code actions of a diagnostic (the cursor is on it)
+        diags = arrived[version][1]
+        if diags:
+            d = diags[k % len(diags)]
+            t0 = time.perf_counter()
+            actions = await client.text_document_code_action_async(types.CodeActionParams(
+                types.TextDocumentIdentifier(uri), d.range, types.CodeActionContext(diagnostics=[d])))
+            action_ms.append((time.perf_counter() - t0) * 1000)
+            assert actions, "no code action for a diagnostic"
         await asyncio.sleep(0.05)
 
     await client.shutdown_async(None)
     client.exit(None)
     await asyncio.sleep(0.2)
     await client.stop()
+    deb = args.debounce_ms
+    return {
+        "lines": n_lines, "diagnostics": n_diags, "first_ms": first * 1000, "edits": len(diag_ms),
+        "diag_p50": statistics.median(diag_ms) - deb, "diag_p95": _pct(diag_ms, 0.95) - deb,
+        "diag_max": max(diag_ms) - deb,
+        "action_p50": statistics.median(action_ms), "action_p95": _pct(action_ms, 0.95),
+        "action_max": max(action_ms), "actions": len(action_ms),
+    }
 
-    latencies.sort()
-    med = statistics.median(latencies)
-    p95 = latencies[min(len(latencies) - 1, int(round(0.95 * (len(latencies) - 1))))]
-    deb = args.debounce_ms / 1000.0
-    print(f"file: {n_lines} lines, {n_diags} diagnostics; first diagnostics after didOpen: {first * 1000:.0f} ms")
-    print(f"didChange -> publishDiagnostics over {len(latencies)} edits (debounce {args.debounce_ms} ms):")
-    print(f"  median {med * 1000:.0f} ms   p95 {p95 * 1000:.0f} ms   "
-          f"min {latencies[0] * 1000:.0f} ms   max {latencies[-1] * 1000:.0f} ms")
-    print(f"  net of the debounce: median {(med - deb) * 1000:.0f} ms   p95 {(p95 - deb) * 1000:.0f} ms")
+
+async def run(args) -> int:
+    rows = [await measure(int(n), args) for n in args.lines.split(",")]
+    print(f"debounce {args.debounce_ms} ms; diagnostics: didChange -> publishDiagnostics of that version, "
+          f"net of the debounce; code action: request -> answer (ms); load average "
+          f"{os.getloadavg()[0]:.2f} at the end")
+    print("| lines | findings | first diagnostics | diagnostics p50 | p95 | max | code action p50 | p95 | max |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r['lines']:,} | {r['diagnostics']} | {r['first_ms']:.0f} | {r['diag_p50']:.0f} | "
+              f"{r['diag_p95']:.0f} | {r['diag_max']:.0f} | {r['action_p50']:.0f} | {r['action_p95']:.0f} | "
+              f"{r['action_max']:.0f} |")
     return 0
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--lines", type=int, default=2000)
+    ap.add_argument("--lines", default="500,2000,5000", help="file sizes, comma-separated")
     ap.add_argument("--edits", type=int, default=30)
     ap.add_argument("--debounce-ms", type=int, default=300)
     return asyncio.run(run(ap.parse_args()))

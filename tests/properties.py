@@ -166,12 +166,13 @@ class Checker:
         from torchlint.selection import enabled_codes
 
         self.root, self.cache_dir = root, cache_dir
+        self.memos: dict = {}  # path -> the language server's engine.DocumentMemo of that document
         self.opts = LintOptions(frozenset(enabled_codes(["TL"], [], [])), root=root)
 
     def check(self, paths, jobs2: bool = False, lsp: bool = True, fix: bool = True) -> list:
         """The disagreements (empty: all agree) of the ways of linting ``paths``."""
         from torchlint.cache import Cache
-        from torchlint.engine import lint_text, run
+        from torchlint.engine import DocumentMemo, lint_text, run
         from torchlint.project import Workspace
 
         bad = []
@@ -191,7 +192,9 @@ class Checker:
             docs = []
             for path in paths:
                 with open(path) as fh:
-                    docs.append(lint_text(path, fh.read(), self.opts, ws.index))
+                    # as the server lints an open document: with what its last lint left
+                    memo = self.memos.setdefault(path, DocumentMemo())
+                    docs.append(lint_text(path, fh.read(), self.opts, ws.index, memo=memo, exports=False))
             if lsp and findings(docs) != cold:
                 bad.append(("lsp", findings(docs), cold))
         if fix:

@@ -368,3 +368,23 @@ def test_confirm_without_torch_names_the_missing_dependency(project, tmp_path):
     assert r.returncode == 2, r.stdout + r.stderr
     assert "the dynamic mode needs `torch`" in r.stderr and "libtorch_cpu.so" in r.stderr
     assert "abruptly" not in r.stdout + r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("newline", ["\n", "\r"])
+def test_diff_ends_its_last_line_before_would_fix(project, newline):
+    """A file whose changed lines reach its end without a newline (or whose lines end in a
+    lone carriage return): the diff's every line ends with a newline, so "Would fix" starts a
+    line of the terminal (stdout and stderr in one stream, as a terminal shows them)."""
+    source = EVAL_NO_GRAD.replace("        return correct / len(loader.dataset)\n", "").rstrip("\n")
+    (project / "evaluate.py").write_bytes(source.replace("\n", newline).encode())
+    for args, given in ((("evaluate.py",), None), (("--stdin-filename", "evaluate.py", "-"), source)):
+        r = subprocess.run([sys.executable, "-m", "torchlint", "--no-cache", "--diff", *args], cwd=project,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, input=given and given.encode(), timeout=120)
+        out = r.stdout.decode()
+        assert r.returncode == 1, out
+        assert "+    with torch.no_grad():" in out
+        assert out.endswith("\nWould fix 1 error.\n"), repr(out)
+        body = out[:-len("Would fix 1 error.\n")]
+        assert all(line.endswith("\n") for line in body.splitlines(True) if line), repr(out)
+        if newline == "\n" and given is None:
+            assert body.endswith("\n\\ No newline at end of file\n"), repr(out)

@@ -193,9 +193,25 @@ def _rules_for(enabled, settings):
     return r
 
 
+class DocumentMemo:
+    """What one lint of a document leaves for the next lint of an edit of it (the language
+    server keeps one per open document): the parsed pieces of its text (``parse_module``'s
+    memo), the innermost function of every node of each top-level statement, and the
+    positions of the nodes of each function that had a finding. Every entry is keyed on a
+    node of the tree (held here, so its id stays its own) and a tree node is taken from the
+    pieces only where its text is unchanged, so what a lint reads from here is what it would
+    compute: the findings are those of a lint without memo (``tests/test_lsp.py``)."""
+
+    def __init__(self):
+        self.pieces: dict = {}  # piece text -> its libcst Module
+        self.owners: dict = {}  # id(top-level statement) -> (statement, {id(node): innermost FunctionDef})
+        self.positions: dict = {}  # id(FunctionDef) -> (FunctionDef, indentation, positions, generated lines)
+
+
 def lint_text(path: str, text: str, opts: LintOptions, project: Optional[ProjectIndex] = None,
               module_name: Optional[str] = None, is_package: bool = False, data: Optional[bytes] = None,
-              shown: Optional[str] = None, keep: Optional[dict] = None, raw: bool = False) -> FileResult:
+              shown: Optional[str] = None, keep: Optional[dict] = None, raw: bool = False,
+              memo: Optional[DocumentMemo] = None, exports: bool = True) -> FileResult:
     """Lint one file's text. The paths of its result are rendered for a report (relative to
     the current folder) unless ``raw``: a raw result names files by ``findings.path_token``
     (what the cache stores and the engine passes around).
@@ -206,13 +222,16 @@ def lint_text(path: str, text: str, opts: LintOptions, project: Optional[Project
     refcounting frees the tree as soon as the file is done.
 
     ``keep``, if given, receives what ``relint_kept`` needs to lint the file again without
-    parsing it (its tree), when it parsed."""
+    parsing it (its tree), when it parsed. ``memo`` (a ``DocumentMemo`` kept from the lint of
+    an earlier text of the same document) lets the parse and the positions reuse what an edit
+    left unchanged; ``exports=False`` leaves out the module's exports for other modules (the
+    editor's lint of an unsaved buffer does not need them)."""
     import gc
 
     was_on = gc.isenabled()
     gc.disable()
     try:
-        res = _lint_text(path, text, opts, project, module_name, is_package, data, shown, keep)
+        res = _lint_text(path, text, opts, project, module_name, is_package, data, shown, keep, memo, exports)
     finally:
         if was_on:
             gc.enable()
@@ -260,7 +279,8 @@ def _per_file_ignored(code: str, path: str, opts: LintOptions) -> bool:
 
 def _lint_text(path: str, text: str, opts: LintOptions, project: Optional[ProjectIndex] = None,
                module_name: Optional[str] = None, is_package: bool = False, data: Optional[bytes] = None,
-               shown: Optional[str] = None, keep: Optional[dict] = None) -> FileResult:
+               shown: Optional[str] = None, keep: Optional[dict] = None, memo: Optional[DocumentMemo] = None,
+               exports: bool = True) -> FileResult:
     from .discover import module_name_for
 
     shown = shown or path_token(path)
@@ -290,7 +310,7 @@ def _lint_text(path: str, text: str, opts: LintOptions, project: Optional[Projec
     import libcst as cst  # here, not at the top: a run answered from the cache never parses
 
     try:
-        module = parse_module(text)
+        module = parse_module(text, memo.pieces if memo is not None else None)
     except cst.ParserSyntaxError as exc:
         res.parsed = True
         if "TL001" in opts.enabled:
@@ -312,11 +332,12 @@ def _lint_text(path: str, text: str, opts: LintOptions, project: Optional[Projec
     if keep is not None:
         keep.update(path=path, shown=shown, text=text, tree=module, module_name=module_name,
                     is_package=is_package)
-    return _lint_module(path, shown, text, module, module_name, is_package, opts, project, active)
+    return _lint_module(path, shown, text, module, module_name, is_package, opts, project, active, memo, exports)
 
 
 def _lint_module(path: str, shown: str, text: str, module, module_name: str, is_package: bool,
-                 opts: LintOptions, project: Optional[ProjectIndex], active: Optional[list] = None) -> FileResult:
+                 opts: LintOptions, project: Optional[ProjectIndex], active: Optional[list] = None,
+                 memo: Optional[DocumentMemo] = None, exports: bool = True) -> FileResult:
     """The model and the rules over a parsed module."""
     from .model import ModuleModel
 
@@ -340,6 +361,7 @@ def _lint_module(path: str, shown: str, text: str, module, module_name: str, is_
         if os.environ.get("TORCHLINT_DEBUG"):
             traceback.print_exc()
         return res
+    mm.memo = memo
     # test code, the one place it is decided: the rules exempt in tests (``Rule.exempt_in_tests``)
     # do not run on a test module and drop their findings inside ``unittest.TestCase`` classes
     if any(r.exempt_in_tests for r in active):
@@ -365,11 +387,12 @@ def _lint_module(path: str, shown: str, text: str, module, module_name: str, is_
                                     shown, Span.of(1, 0, 1, 0)))
     # exports for the project (cross-module summaries)
     try:
-        res.summaries = mm.export_summaries()
-        res.classes = mm.export_classes()
-        res.called = mm.export_calls()
-        res.reexports, res.stars = mm.export_reexports()
-        res.module = mm.module_name
+        if exports:
+            res.summaries = mm.export_summaries()
+            res.classes = mm.export_classes()
+            res.called = mm.export_calls()
+            res.reexports, res.stars = mm.export_reexports()
+            res.module = mm.module_name
     except Exception:  # exports only sharpen other modules' results; never fail the file
         if os.environ.get("TORCHLINT_DEBUG"):
             traceback.print_exc()

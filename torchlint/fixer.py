@@ -322,10 +322,20 @@ def _write_if_unchanged(src: SourceFile, path: str, text: str) -> Optional[str]:
 
 
 def unified_diff(path: str, old: str, new: str) -> str:
-    a, b = split_lines(old), split_lines(new)
+    return diff_text(difflib.unified_diff(split_lines(old), split_lines(new), fromfile=path, tofile=path,
+                                          lineterm="\n"))
+
+
+def diff_text(diff_lines) -> str:
+    """The lines of a unified diff as text where every line ends with a newline: a last line
+    without one is followed by ``\\ No newline at end of file`` (as diff and git write it), and
+    a line that ends with a lone carriage return (old Mac line endings) gets a newline after
+    it, so the next line of the diff, or the "Would fix" line after it, starts a line."""
     out = []
-    for line in difflib.unified_diff(a, b, fromfile=path, tofile=path, lineterm="\n"):
-        if not line.endswith(("\n", "\r")):
+    for line in diff_lines:
+        if line.endswith("\r"):
+            line += "\n"
+        elif not line.endswith("\n"):
             line += "\n\\ No newline at end of file\n"
         out.append(line)
     return "".join(out)
@@ -473,37 +483,49 @@ def _line_facts(text: str):
     return ends, comments
 
 
+def noqa_line_facts(text: str) -> tuple:
+    """What ``noqa_line`` needs to know of ``text``: (the lines whose end can take a comment,
+    or None when the text does not tokenize; {line: (start col, comment)})."""
+    return _line_facts(text)
+
+
+def noqa_line(raw: str, line: int, codes, facts: tuple) -> tuple[str, int]:
+    """Line ``line`` (``raw``, with its line ending) with ``# noqa: CODES`` added (merged with
+    a directive it has), and how many codes were added; ``facts`` are ``noqa_line_facts`` of
+    the text."""
+    ends, comments = facts
+    if ends is None or line not in ends:
+        return raw, 0
+    body = raw.rstrip("\r\n")
+    eol = raw[len(body):]
+    com = comments.get(line)
+    m = _NOQA.search(com[1]) if com else None
+    if m is not None:
+        if not m.group("codes"):
+            return raw, 0  # a bare `# noqa` already silences every code
+        have = [c.upper() for c in _CODE.findall(m.group("codes"))]
+        new = [c for c in sorted(codes) if c not in have]
+        if not new:
+            return raw, 0
+        directive = f"# noqa: {', '.join(have + new)}"
+        start = com[0] + m.start()
+        end = com[0] + m.end()
+        return body[:start] + directive + body[end:] + eol, len(new)
+    return body.rstrip(" \t") + f"  # noqa: {', '.join(sorted(codes))}" + eol, len(codes)
+
+
 def noqa_text(text: str, codes_by_line: dict) -> tuple[str, int]:
     """Add ``# noqa: CODES`` to the given lines (merging with existing directives)."""
-    ends, comments = _line_facts(text)
-    if ends is None:
+    facts = _line_facts(text)
+    if facts[0] is None:
         return text, 0
     lines = split_lines(text)
     added = 0
     for line, codes in codes_by_line.items():
-        if not (0 < line <= len(lines)) or line not in ends:
+        if not (0 < line <= len(lines)):
             continue
-        raw = lines[line - 1]
-        body = raw.rstrip("\r\n")
-        eol = raw[len(body):]
-        com = comments.get(line)
-        m = _NOQA.search(com[1]) if com else None
-        if m is not None:
-            if not m.group("codes"):
-                continue  # a bare `# noqa` already silences every code
-            have = [c.upper() for c in _CODE.findall(m.group("codes"))]
-            new = [c for c in sorted(codes) if c not in have]
-            if not new:
-                continue
-            directive = f"# noqa: {', '.join(have + new)}"
-            start = com[0] + m.start()
-            end = com[0] + m.end()
-            body = body[:start] + directive + body[end:]
-            added += len(new)
-        else:
-            body = body.rstrip(" \t") + f"  # noqa: {', '.join(sorted(codes))}"
-            added += len(codes)
-        lines[line - 1] = body + eol
+        lines[line - 1], n = noqa_line(lines[line - 1], line, codes, facts)
+        added += n
     return "".join(lines), added
 
 

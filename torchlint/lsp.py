@@ -16,6 +16,7 @@ The server never executes user code: there is no dynamic mode here.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import gc
 import logging
 import os
@@ -31,12 +32,13 @@ from . import __version__
 from .config import ConfigError, find_config_file, load_config
 from .docs import rule_markdown
 from .cache import Cache
-from .engine import LintOptions, lint_text, run
+from .engine import DocumentMemo, LintOptions, lint_text, run
 from .gcpolicy import WORKER_THRESHOLD
 from .findings import UNSAFE, Finding
-from .fixer import fix_text, fixable_codes, noqa_text
+from .fixer import fix_text, fixable_codes, noqa_line, noqa_line_facts
 from .fixes import split_lines
 from .output import file_uri, lsp_diagnostic
+from .parse import piece_starts
 from .project import ProjectIndex, Workspace
 from .rule import all_rules
 from .selection import enabled_codes
@@ -96,6 +98,10 @@ class DocState:
     findings: list = field(default_factory=list)
     pending: Optional[asyncio.TimerHandle] = None
     task: Optional[asyncio.Task] = None
+    # what the last lint of the document left for the next (parsed pieces, positions): an
+    # edit re-parses only the top-level statements it touched (``engine.DocumentMemo``)
+    memo: DocumentMemo = field(default_factory=DocumentMemo)
+    noqa_facts: Optional[tuple] = None  # (text, its pieces, their noqa facts): see ``_noqa_facts``
 
 
 @dataclass
@@ -163,17 +169,21 @@ class TorchlintServer(LanguageServer):
 
     # -------------------------------------------------------------- linting
     def lint(self, uri: str, text: str) -> list:
-        return self.lint_result(uri, text).findings
+        """The findings of the document's text (an unsaved buffer: no exports are computed;
+        the parse reuses what the document's last lint parsed of the same text)."""
+        state = self.docs.get(uri)
+        return self.lint_result(uri, text, state.memo if state is not None else None, exports=False).findings
 
-    def lint_result(self, uri: str, text: str):
+    def lint_result(self, uri: str, text: str, memo: Optional[DocumentMemo] = None, exports: bool = True):
         path = uri_to_path(uri)
         settings = self.settings_for(path)
         shown = None if path else uri  # a file: its paths are rendered in the lint
         lint_path = path or os.path.join(self._root() or os.getcwd(), "untitled.py")
-        return lint_text(lint_path, text, settings.opts, self.project, shown=shown)
+        return lint_text(lint_path, text, settings.opts, self.project, shown=shown, memo=memo, exports=exports)
 
-    def diagnostics(self, findings, text: str) -> list:
-        lines = _lines(text)
+    def diagnostics(self, findings, text: str, lines: Optional[list] = None) -> list:
+        if lines is None:
+            lines = _lines(text)
         enc = self.workspace.position_encoding
         out = []
         for f in findings:
@@ -312,8 +322,9 @@ class TorchlintServer(LanguageServer):
             return None
         try:
             text = self.workspace.get_text_document(uri).source
+            state = self.docs.get(uri)
             with self._lock:
-                res = self.lint_result(uri, text)
+                res = self.lint_result(uri, text, state.memo if state is not None else None)
                 old = self.project_results.get(path)
                 self.project_results[path] = res
                 if old is not None:  # a file of the index: swap its exports
@@ -473,7 +484,39 @@ def _diag_for(ls, f: Finding, lines, context_diags) -> list:
     for d in context_diags or ():
         if d.source == "torchlint" and d.code == f.code and d.range.start.line == start.line:
             return [d]
-    return ls.diagnostics([f], "\n".join(lines))
+    return ls.diagnostics([f], "", lines)
+
+
+def _noqa_facts(ls, uri: str, text: str, line: int) -> tuple:
+    """``fixer.noqa_line_facts`` for ``line`` of the document's text: of the run of top-level
+    statements around it only (where the parse's pieces begin: ``parse.piece_starts``; tokenizing a
+    whole 2,000-line file takes longer than the answer may), the whole text's if that run
+    does not tokenize on its own; remembered for the document's text."""
+    state = ls.docs.get(uri)
+    memo = state.noqa_facts if state is not None and state.noqa_facts is not None \
+        and state.noqa_facts[0] == text else (text, None, {})
+    if memo[1] is None:
+        cuts = piece_starts(text)
+        starts, ln, pos = [], 1, 0
+        for c in cuts:
+            ln += text.count("\n", pos, c)
+            pos = c
+            starts.append(ln)
+        memo = (text, (cuts + [len(text)], starts), {})
+        if state is not None:
+            state.noqa_facts = memo
+    (offsets, starts), done = memo[1], memo[2]
+    k = max(bisect.bisect_right(starts, line) - 1, 0)
+    facts = done.get(k)
+    if facts is None:
+        ends, comments = noqa_line_facts(text[offsets[k]:offsets[k + 1]])
+        if ends is None:
+            facts = noqa_line_facts(text)
+        else:
+            shift = starts[k] - 1
+            facts = ({e + shift for e in ends}, {n + shift: c for n, c in comments.items()})
+        done[k] = facts
+    return facts
 
 
 def _full_range(lines) -> types.Range:
@@ -491,10 +534,13 @@ def code_action(ls: TorchlintServer, params: types.CodeActionParams):
     lines = _lines(text)
     only = params.context.only
     want_quick = only is None or any(types.CodeActionKind.QuickFix.value.startswith(k) for k in only)
-    want_all = only is None or any(FIX_ALL_KIND.startswith(k) for k in only)
+    # the whole file's fixes re-lint the file (once per pass): computed only when the editor
+    # asks for source actions (``source``, ``source.fixAll``...), not for every cursor move
+    want_all = only is not None and any(FIX_ALL_KIND.startswith(k) for k in only)
     actions = []
-    if want_quick:
+    if want_quick:  # the findings of the requested range only
         noqa_seen = set()
+        raw_lines = None
         for f in findings:
             if not _overlaps(f, params.range) or f.code in ("TL000", "TL001"):
                 continue
@@ -506,12 +552,13 @@ def code_action(ls: TorchlintServer, params: types.CodeActionParams):
                     title=title, kind=types.CodeActionKind.QuickFix, diagnostics=diags,
                     is_preferred=not unsafe,
                     edit=types.WorkspaceEdit(changes={uri: [ls.text_edit(lines, e) for e in f.fix.edits]})))
-            if (f.line, f.code) in noqa_seen:
+            if (f.line, f.code) in noqa_seen or not 0 < f.line <= len(lines):
                 continue
             noqa_seen.add((f.line, f.code))
-            new, n = noqa_text(text, {f.line: {f.code}})
+            if raw_lines is None:
+                raw_lines = split_lines(text)
+            new_line, n = noqa_line(raw_lines[f.line - 1], f.line, {f.code}, _noqa_facts(ls, uri, text, f.line))
             if n:
-                new_lines = _lines(new)
                 old_line = lines[f.line - 1]
                 rng = types.Range(types.Position(f.line - 1, 0),
                                   types.Position(f.line - 1, _to_units(old_line, len(old_line),
@@ -519,7 +566,7 @@ def code_action(ls: TorchlintServer, params: types.CodeActionParams):
                 actions.append(types.CodeAction(
                     title=f"Disable {f.code} for this line", kind=types.CodeActionKind.QuickFix,
                     diagnostics=diags,
-                    edit=types.WorkspaceEdit(changes={uri: [types.TextEdit(rng, new_lines[f.line - 1])]})))
+                    edit=types.WorkspaceEdit(changes={uri: [types.TextEdit(rng, new_line.rstrip("\r\n"))]})))
     if want_all:
         path = uri_to_path(uri)
         settings = ls.settings_for(path)

@@ -546,8 +546,10 @@ def cells_diff(shown: str, old: tuple, new: tuple) -> str:
         if a == b:
             continue
         name = f"{shown}:cell {c}"
-        for line in difflib.unified_diff(a.splitlines(True), b.splitlines(True), name, name):
-            out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
+        from .fixer import diff_text
+        from .fixes import split_lines
+
+        out.append(diff_text(difflib.unified_diff(split_lines(a), split_lines(b), name, name)))
     return "".join(out)
 
 

@@ -32,6 +32,7 @@ every file of the torch source and, with pieces of a few lines, on this reposito
 from __future__ import annotations
 
 import re
+from typing import Optional
 
 CHUNK_LINES = 50  # a piece is at least this long (a file shorter than twice this is parsed whole)
 BIG_LINES = 500  # a statement (or an element) this long is parsed a few of its literal's elements at a time
@@ -52,13 +53,17 @@ _SCAN = re.compile(r"#[^\n]*|" + _STRING + r"|^(?=[^\s#)\]}])(?!(?:else|elif|exc
 _TOKEN = re.compile(r"#[^\n]*|" + _STRING + r"|[\[\](){},]", re.S)
 # What may separate two tokens inside brackets: blanks, newlines, comments, continuations.
 _GAP = re.compile(r"(?:[ \t\f]+|\\?\r?\n|#[^\n]*)*")
+_DEF_START = re.compile(r"@|(?:async[ \t]+)?def\b|class\b")
 _ASSIGNED = re.compile(r"(?<![=<>!:+\-*/%&|^@])=[ \t]*$")
 
 
-def _cuts(text: str) -> list:
+def _cuts(text: str, at_defs: bool = False) -> list:
     """Offsets where a piece of about CHUNK_LINES lines may begin (the first is 0). A
     statement of BIG_LINES lines or more gets a piece of its own (see ``_split_literal`` and
-    ``_split_class``)."""
+    ``_split_class``). With ``at_defs``, every top-level ``def``, ``class`` and decorated
+    statement begins a piece too: where pieces begin then depends on the text around them, not
+    on how many lines come before, so an edit leaves the other pieces' text as it was (see
+    ``parse_module``'s ``memo``)."""
     cuts = [0]
     line = 1  # line of offset ``pos``
     pos = 0
@@ -79,13 +84,19 @@ def _cuts(text: str) -> list:
         if line - prev_line >= BIG_LINES and prev_at > cuts[-1]:
             cuts.append(prev_at)
             start_line = prev_line
-        if line - start_line >= CHUNK_LINES and at > cuts[-1]:
+        if (line - start_line >= CHUNK_LINES or at_defs and _DEF_START.match(text, at)) and at > cuts[-1]:
             cuts.append(at)
             start_line = line
         prev_at, prev_line = at, line
     if line + text.count("\n", pos) - prev_line >= BIG_LINES and prev_at > cuts[-1]:
         cuts.append(prev_at)
     return cuts
+
+
+def piece_starts(text: str) -> list:
+    """Offsets where the pieces of a parse with a memo may begin (the first is 0): top-level
+    statements, outside strings (see ``_cuts``)."""
+    return _cuts(text, at_defs=True)
 
 
 def _split_literal(piece: str):
@@ -426,30 +437,35 @@ def _class(text: str, start: int, end: int, levels: list):
     return skeleton, node.with_changes(body=body), footers[:-1]
 
 
-def _parse_in_pieces(text: str):
+def _parse_in_pieces(text: str, memo: Optional[dict] = None):
     """``libcst.parse_module(text)``, in pieces for a long file (see the module docstring)."""
     import libcst as cst
 
     if text.count("\n") < 2 * CHUNK_LINES:
         return cst.parse_module(text)
-    cuts = _cuts(text)
+    cuts = _cuts(text, at_defs=memo is not None)
     if len(cuts) < 2:
         return cst.parse_module(text)
     cuts.append(len(text))
     parts = []
+    used = {} if memo is not None else None
     i, retries = 0, 0
     while i < len(cuts) - 1:
         j = i + 1
         while True:
             try:
                 piece = text[cuts[i]:cuts[j]]
-                module = None
-                if piece.count("\n") >= BIG_LINES and "\r" not in piece:
-                    module = _split_literal(piece) or _split_class(piece)
-                module = module or cst.parse_module(piece)
+                # (a piece met twice in one text is parsed twice: a node is in a tree once)
+                module = memo.get(piece) if memo is not None and piece not in used else None
+                if module is None:
+                    if piece.count("\n") >= BIG_LINES and "\r" not in piece:
+                        module = _split_literal(piece) or _split_class(piece)
+                    module = module or cst.parse_module(piece)
                 if j < len(cuts) - 1 and _risky_tail(piece) and module.code != piece:
                     raise _NotSplit  # joined to the next piece, where the comment is not last
                 parts.append(module)
+                if used is not None:
+                    used[piece] = module
                 break
             except (cst.ParserSyntaxError, _NotSplit):
                 retries += 1
@@ -457,13 +473,16 @@ def _parse_in_pieces(text: str):
                     return cst.parse_module(text)  # the whole file: libcst's own error
                 j += 1
         i = j
-    module = _join(parts)
+    module = _join(parts, memo, used)
     if module is None:
         return cst.parse_module(text)
+    if memo is not None:  # the pieces of this text, for the next parse of an edit of it
+        memo.clear()
+        memo.update(used)
     return module
 
 
-def parse_module(text: str):
+def parse_module(text: str, memo: Optional[dict] = None):
     """``libcst.parse_module``, in pieces for a long file, without re-validating every node the
     parser builds.
 
@@ -475,19 +494,28 @@ def parse_module(text: str):
 
     Both rely on libcst's internals, so they are used only with the libcst versions they are
     tested with (``TESTED_LIBCST``, the range ``pyproject.toml`` pins); with any other,
-    this is plain ``libcst.parse_module``."""
+    this is plain ``libcst.parse_module``.
+
+    ``memo`` (a dict the caller keeps from one parse of a document to the next: the language
+    server) makes the parse of an edited text reuse the pieces whose text the edit left alone:
+    pieces then begin at every top-level ``def``/``class`` (``_cuts``), a piece's module is
+    taken from the memo when its text is there, and the memo is left holding this text's
+    pieces. A piece's module depends on its text alone (a piece is parsed as a file of its own,
+    and the pieces before it parsing whole proves it begins at the top level), so the tree is
+    the one a parse without memo builds, with the same nodes shared between the two trees
+    (libcst's nodes are immutable)."""
     import libcst as cst
 
     if not _tested_libcst():
         return cst.parse_module(text)
     node_cls = getattr(cst, "CSTNode", None)
     if node_cls is None or "__post_init__" not in node_cls.__dict__:
-        return _parse_in_pieces(text)
+        return _parse_in_pieces(text, memo)
     if not _POST_INIT:  # libcst's own, remembered before the first swap (threads: see below)
         _POST_INIT.append(node_cls.__dict__["__post_init__"])
     node_cls.__post_init__ = _no_validation
     try:
-        return _parse_in_pieces(text)
+        return _parse_in_pieces(text, memo)
     finally:
         # always libcst's, never what was installed when this parse began: a parse in another
         # thread that ends first only makes this one validate
@@ -522,9 +550,11 @@ def _tested_libcst() -> bool:
 _POST_INIT: list = []
 
 
-def _join(parts: list):
+def _join(parts: list, memo: Optional[dict] = None, used: Optional[dict] = None):
     """One Module of the pieces' statements, or None if the pieces disagree on the
-    indentation or the line ending their nodes leave to the module."""
+    indentation or the line ending their nodes leave to the module. With a ``memo`` (see
+    ``parse_module``), a piece's first statement given the same leading lines as in the last
+    parse is the same node as then."""
     import libcst as cst
 
     first = parts[0]
@@ -545,8 +575,22 @@ def _join(parts: list):
             if not stmts:
                 pending = lead + list(m.footer)
                 continue
-            stmts[0] = stmts[0].with_changes(leading_lines=[*lead, *stmts[0].leading_lines])
+            key = (id(stmts[0]), tuple(_line_key(ln) for ln in lead)) if memo is not None else None
+            got = memo.get(key) if key is not None else None
+            if got is not None and got[0] is stmts[0]:
+                stmts[0] = got[1]
+            else:
+                got = (stmts[0], stmts[0].with_changes(leading_lines=[*lead, *stmts[0].leading_lines]))
+                stmts[0] = got[1]
+            if used is not None:
+                used[key] = got
         body.extend(stmts)
         pending = list(m.footer)
     return first.with_changes(body=body, footer=pending, default_indent=indent or first.default_indent,
                               has_trailing_newline=parts[-1].has_trailing_newline)
+
+
+def _line_key(line) -> tuple:
+    """What an ``EmptyLine`` (a blank or comment line) is made of."""
+    c = line.comment
+    return (line.indent, line.whitespace.value, c.value if c is not None else None, line.newline.value)

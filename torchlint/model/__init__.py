@@ -129,6 +129,22 @@ def _apply_decorator_grad(mm, fn) -> None:
             return
 
 
+def _owners(top) -> dict:
+    """{id(node): the innermost function around it (a def is its own)} for ``top`` and the
+    nodes under it."""
+    from .dataflow import _code_children
+
+    owner = {}
+    stack = [(top, None)]
+    while stack:
+        n, fn = stack.pop()
+        if type(n) is cst.FunctionDef:
+            fn = n
+        owner[id(n)] = fn
+        stack.extend((c, fn) for c in _code_children(n))
+    return owner
+
+
 class ModuleModel:
     def __init__(self, path: str, display_path: str, text: str, module: cst.Module,
                  module_name: str = "", is_package: bool = False,
@@ -163,6 +179,7 @@ class ModuleModel:
         self.resolver = RoleResolver(self)
         self._positions = None
         self._owner = self._local = self._text_lines = None  # see _local_position
+        self.memo = None  # an engine.DocumentMemo: what the lint of an earlier text left
         self._flows: dict = {}
         self._summaries: dict = {}
         self._summarizing: set = set()
@@ -322,14 +339,19 @@ class ModuleModel:
         if self._owner is None:
             from .dataflow import _code_children
 
-            self._owner, self._local = {}, {}
-            stack = [(self.module, None)]
-            while stack:  # the innermost function of every node (a def is its own)
-                n, fn = stack.pop()
-                if type(n) is cst.FunctionDef:
-                    fn = n
-                self._owner[id(n)] = fn
-                stack.extend((c, fn) for c in _code_children(n))
+            self._owner, self._local = {id(self.module): None}, {}
+            memo = self.memo
+            owners = {}
+            for stmt in _code_children(self.module):
+                got = memo.owners.get(id(stmt)) if memo is not None else None
+                if got is None or got[0] is not stmt:
+                    got = (stmt, _owners(stmt))
+                owners[id(stmt)] = got
+                self._owner.update(got[1])
+            if memo is not None:  # what this tree holds: the entries of nodes it no longer has go
+                memo.owners = owners
+                live = {id(f) for f in self._owner.values() if f is not None}
+                memo.positions = {k: v for k, v in memo.positions.items() if k in live}
         fnode = self._owner.get(id(node))
         if fnode is None:
             return None
@@ -357,11 +379,18 @@ class ModuleModel:
             return None
         src = lines[line - 1]
         indent = src[:len(src) - len(src.lstrip(" \t"))]
-        body = [fnode] if not indent else [
-            cst.ClassDef(name=cst.Name("_"), body=cst.IndentedBlock(body=[fnode], indent=indent))]
-        mod = self.module.with_changes(body=body, header=(), footer=(), has_trailing_newline=True)
-        positions = MetadataWrapper(mod, unsafe_skip_copy=True).resolve(PositionProvider)
-        gen = mod.code.splitlines(keepends=True)
+        memo = self.memo
+        got = memo.positions.get(id(fnode)) if memo is not None else None
+        if got is not None and got[0] is fnode and got[1] == indent:
+            positions, gen = got[2], got[3]  # the same function's nodes, placed by the same code
+        else:
+            body = [fnode] if not indent else [
+                cst.ClassDef(name=cst.Name("_"), body=cst.IndentedBlock(body=[fnode], indent=indent))]
+            mod = self.module.with_changes(body=body, header=(), footer=(), has_trailing_newline=True)
+            positions = MetadataWrapper(mod, unsafe_skip_copy=True).resolve(PositionProvider)
+            gen = mod.code.splitlines(keepends=True)
+            if memo is not None:
+                memo.positions[id(fnode)] = (fnode, indent, positions, gen)
         first = 1 if indent else 0  # the line of the stand-in class
         shift = line - positions[fnode.name].start.line
         start = first + shift  # where the function's first generated line is in the file
