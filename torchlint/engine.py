@@ -310,7 +310,7 @@ def _lint_text(path: str, text: str, opts: LintOptions, project: Optional[Projec
     import libcst as cst  # here, not at the top: a run answered from the cache never parses
 
     try:
-        module = parse_module(text, memo.pieces if memo is not None else None)
+        module = parse_module(text) if memo is None else parse_module(text, memo.pieces)
     except cst.ParserSyntaxError as exc:
         res.parsed = True
         if "TL001" in opts.enabled:
