@@ -403,3 +403,64 @@ def test_memory_stays_flat_over_hundreds_of_edits():
 
     out = asyncio.run(session(edits=600, lines=60, wait_every=60, debounce_ms=300, report=lambda *a: None))
     assert out["per_edit_bytes"] < 800, out["samples"]
+
+
+NB_SETUP = """import torch
+import torch.nn as nn
+
+model = nn.Sequential(nn.Linear(8, 16), nn.Dropout(0.2), nn.Linear(16, 2))
+loader = [(torch.randn(4, 8), torch.randint(0, 2, (4,))) for _ in range(3)]"""
+NB_EVAL = """%matplotlib inline
+def evaluate(model, loader):
+    model.eval()
+    correct = 0
+    for x, y in loader:
+        correct += (model(x).argmax(1) == y).sum().item()
+    return correct"""
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_notebook_cells_are_one_program_with_diagnostics_per_cell(client: LanguageClient, workspace):
+    """LSP 3.17 notebook documents: the code cells are linted as one program, as the CLI
+    lints an .ipynb (IPython's magics neutralised, markdown skipped), and each cell gets its
+    own diagnostics, in its own lines; quick fixes edit the cell; closing clears them."""
+    nb_uri = (workspace / "analysis.ipynb").as_uri()
+    cells = [f"vscode-notebook-cell:{nb_uri[len('file:'):]}#W{i}sZmlsZQ%3D%3D" for i in range(3)]
+    kinds = [types.NotebookCellKind.Code, types.NotebookCellKind.Markup, types.NotebookCellKind.Code]
+    texts = [NB_SETUP, "## Evaluation", NB_EVAL]
+    client.notebook_document_did_open(types.DidOpenNotebookDocumentParams(
+        types.NotebookDocument(uri=nb_uri, notebook_type="jupyter-notebook", version=1,
+                               cells=[types.NotebookCell(kind=k, document=u) for k, u in zip(kinds, cells)]),
+        [types.TextDocumentItem(uri=u, language_id="python" if k == types.NotebookCellKind.Code else "markdown",
+                                version=1, text=t) for u, k, t in zip(cells, kinds, texts)]))
+    diags = await _wait(client, cells[2], lambda d: "TL203" in _codes(d))
+    ev = next(x for x in diags if x.code == "TL203")
+    assert ev.range.start.line == _line_of(NB_EVAL, "for x, y in loader:")  # a line of the cell
+    assert ev.range.start.character == 4
+    assert len(client.diagnostics[cells[0]]) == 0  # the setup cell: published, clean
+    assert cells[1] not in client.diagnostics  # markdown is not linted
+    # the quick fix edits the cell's text
+    actions = await client.text_document_code_action_async(types.CodeActionParams(
+        types.TextDocumentIdentifier(cells[2]), ev.range, types.CodeActionContext(diagnostics=[ev])))
+    fix = next(a for a in actions if "no_grad" in a.title)
+    assert all(a.kind != "source.fixAll.torchlint" for a in actions)  # only asked for, never by default
+    fixed = _apply(NB_EVAL, fix.edit.changes[cells[2]])
+    assert "    with torch.no_grad():\n        for x, y in loader:\n" in fixed
+    client.notebook_document_did_change(types.DidChangeNotebookDocumentParams(
+        types.VersionedNotebookDocumentIdentifier(version=2, uri=nb_uri),
+        types.NotebookDocumentChangeEvent(cells=types.NotebookDocumentCellChanges(text_content=[
+            types.NotebookDocumentCellContentChanges(
+                types.VersionedTextDocumentIdentifier(uri=cells[2], version=2),
+                [types.TextDocumentContentChangeWholeDocument(text=fixed)])]))))
+    await _wait(client, cells[2], lambda d: "TL203" not in _codes(d))
+    # the evaluation cell as it was: its diagnostic is back
+    client.notebook_document_did_change(types.DidChangeNotebookDocumentParams(
+        types.VersionedNotebookDocumentIdentifier(version=3, uri=nb_uri),
+        types.NotebookDocumentChangeEvent(cells=types.NotebookDocumentCellChanges(text_content=[
+            types.NotebookDocumentCellContentChanges(
+                types.VersionedTextDocumentIdentifier(uri=cells[2], version=3),
+                [types.TextDocumentContentChangeWholeDocument(text=NB_EVAL)])]))))
+    await _wait(client, cells[2], lambda d: "TL203" in _codes(d))
+    client.notebook_document_did_close(types.DidCloseNotebookDocumentParams(
+        types.NotebookDocumentIdentifier(nb_uri), [types.TextDocumentIdentifier(u) for u in cells]))
+    await _wait(client, cells[2], lambda d: len(d) == 0)

@@ -6,6 +6,9 @@
 - Code actions: a finding's fix (unsafe ones labelled "(unsafe)"), "Disable TLxxx for this
   line" (adds ``# noqa: TLxxx``) and ``source.fixAll.torchlint`` (every safe fix).
 - Hover on a diagnostic, or on a code in a ``# noqa`` comment, shows the rule's documentation.
+- Notebook documents (LSP 3.17 ``notebookDocument/*``): the code cells are linted as one
+  program, as ``torchlint check`` lints an ``.ipynb`` (``torchlint/notebook.py``), and each
+  cell gets its own diagnostics, quick fixes and hover.
 - The configuration is the document's project's (``pyproject.toml`` / ``torchlint.toml`` found
   from the document's folder), reloaded when that file changes.
 - Cross-module summaries come from one background lint of the workspace's files at startup,
@@ -105,6 +108,15 @@ class DocState:
 
 
 @dataclass
+class NotebookState:
+    """An open notebook: the lint of its code cells as one program, per cell."""
+    version: Optional[int] = None
+    texts: dict = field(default_factory=dict)  # cell uri -> the text this lint saw
+    findings: dict = field(default_factory=dict)  # cell uri -> findings, in cell positions
+    task: Optional[asyncio.Task] = None
+
+
+@dataclass
 class _Settings:
     opts: LintOptions
     allowed: Optional[frozenset]
@@ -113,8 +125,12 @@ class _Settings:
 
 class TorchlintServer(LanguageServer):
     def __init__(self):
-        super().__init__("torchlint", __version__, text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
+        super().__init__("torchlint", __version__, text_document_sync_kind=types.TextDocumentSyncKind.Incremental,
+                         notebook_document_sync=types.NotebookDocumentSyncOptions(notebook_selector=[
+                             types.NotebookDocumentFilterWithNotebook(
+                                 notebook="jupyter-notebook", cells=[types.NotebookCellLanguage("python")])]))
         self.docs: dict = {}
+        self.notebooks: dict = {}  # notebook uri -> NotebookState
         self.project: Optional[ProjectIndex] = None
         self.project_workspace: Optional[Workspace] = None  # owns ``project``
         self.project_results: dict = {}  # path -> FileResult of the background workspace lint
@@ -181,7 +197,9 @@ class TorchlintServer(LanguageServer):
         lint_path = path or os.path.join(self._root() or os.getcwd(), "untitled.py")
         return lint_text(lint_path, text, settings.opts, self.project, shown=shown, memo=memo, exports=exports)
 
-    def diagnostics(self, findings, text: str, lines: Optional[list] = None) -> list:
+    def diagnostics(self, findings, text: str, lines: Optional[list] = None, cells: Optional[list] = None) -> list:
+        """``findings`` of ``text`` as LSP diagnostics; for a notebook cell, ``findings`` are in
+        the cell's positions (``cell`` unset) and ``cells`` are the notebook's cell uris."""
         if lines is None:
             lines = _lines(text)
         enc = self.workspace.position_encoding
@@ -202,19 +220,21 @@ class TorchlintServer(LanguageServer):
                 if d["codeDescription"]["href"] else None,
                 source="torchlint",
                 data={"fix": d["data"]["fix"] is not None, "name": f.name},
-                related_information=self._related(f),
+                related_information=self._related(f, cells),
             )
             out.append(diag)
         return out
 
-    def _related(self, f: Finding):
+    def _related(self, f: Finding, cells: Optional[list] = None):
         out = []
         for r in f.related:
-            p = r.path if os.path.isabs(r.path) else os.path.abspath(r.path)
+            if r.cell is not None and cells is not None and 0 < r.cell <= len(cells):
+                uri = cells[r.cell - 1]  # a cell of the same notebook
+            else:
+                uri = file_uri(r.path if os.path.isabs(r.path) else os.path.abspath(r.path))
             line = max(r.line - 1, 0)
             out.append(types.DiagnosticRelatedInformation(
-                types.Location(file_uri(p), types.Range(types.Position(line, 0), types.Position(line, 0))),
-                r.message))
+                types.Location(uri, types.Range(types.Position(line, 0), types.Position(line, 0))), r.message))
         return out or None
 
     def _col(self, lines, line: int, col: int) -> int:
@@ -271,7 +291,17 @@ class TorchlintServer(LanguageServer):
         state.task = asyncio.ensure_future(self.relint(uri, delay))
 
     def current(self, uri: str) -> tuple:
-        """(text, findings) for the document as the editor has it now."""
+        """(text, findings) for the document as the editor has it now (for a notebook cell:
+        the cell's text and the findings in it of the notebook's lint)."""
+        nb = self.workspace.get_notebook_document(cell_uri=uri)
+        if nb is not None and nb.uri in self.notebooks:
+            doc = self.workspace.get_text_document(uri)
+            state = self.notebooks[nb.uri]
+            if state.texts.get(uri) != doc.source:
+                with self._lock:
+                    cells, texts, by_cell = self.lint_notebook(nb.uri)
+                state.texts, state.findings = dict(zip(cells, texts)), by_cell
+            return doc.source, state.findings.get(uri, [])
         doc = self.workspace.get_text_document(uri)
         state = self.docs.get(uri)
         if state is not None and state.text == doc.source and state.version is not None:
@@ -279,6 +309,82 @@ class TorchlintServer(LanguageServer):
         with self._lock:
             findings = self.lint(uri, doc.source)
         return doc.source, findings
+
+    # -------------------------------------------------------------- notebooks
+    def lint_notebook(self, nb_uri: str) -> tuple:
+        """(cell uris, their texts, {cell uri: findings in cell positions}) of the notebook's
+        Python code cells linted as one program, as ``torchlint check`` lints an ``.ipynb``."""
+        from dataclasses import replace
+
+        from . import notebook
+        from .findings import path_token
+
+        nb = self.workspace.get_notebook_document(notebook_uri=nb_uri)
+        cells, texts = [], []
+        for cell in nb.cells if nb is not None else ():
+            if cell.kind != types.NotebookCellKind.Code:
+                continue
+            doc = self.workspace.get_text_document(cell.document)
+            if (doc.language_id or "python") != "python":
+                continue
+            cells.append(cell.document)
+            texts.append(doc.source)
+        path = uri_to_path(nb_uri)
+        if path is None or not path.endswith(".ipynb"):
+            path = os.path.join(self._root() or os.getcwd(), "untitled.ipynb")
+        settings = self.settings_for(path)
+        doc = {"cells": [{"cell_type": "code", "source": t} for t in texts]}
+        program = notebook.build(path, doc, list(range(len(texts))), texts)
+        res = notebook.lint_cells(program, settings.opts, self.project, path_token(path))
+        by_cell: dict = {}
+        for f in res.findings:
+            if f.cell is not None and 0 < f.cell <= len(cells):
+                by_cell.setdefault(cells[f.cell - 1], []).append(replace(f, cell=None))
+        return cells, texts, by_cell
+
+    async def relint_notebook(self, nb_uri: str, delay: float = 0.0) -> None:
+        if delay:
+            await asyncio.sleep(delay)
+        state = self.notebooks.get(nb_uri)
+        nb = self.workspace.get_notebook_document(notebook_uri=nb_uri)
+        if state is None or nb is None:
+            return
+        version = nb.version
+        loop = asyncio.get_running_loop()
+        try:
+            cells, texts, by_cell = await loop.run_in_executor(None, self._lint_notebook_locked, nb_uri)
+        except Exception as exc:  # one notebook must not take the server down
+            log.exception("notebook lint failed")
+            self.window_log_message(types.LogMessageParams(types.MessageType.Error, f"torchlint: {exc}"))
+            return
+        if self.notebooks.get(nb_uri) is not state:
+            return  # closed meanwhile
+        nb = self.workspace.get_notebook_document(notebook_uri=nb_uri)
+        if nb is None or nb.version != version:
+            return  # changed meanwhile: that change's lint publishes
+        self.publish_notebook(state, cells, texts, by_cell)
+
+    def _lint_notebook_locked(self, nb_uri: str) -> tuple:
+        with self._lock:
+            return self.lint_notebook(nb_uri)
+
+    def publish_notebook(self, state: NotebookState, cells: list, texts: list, by_cell: dict) -> None:
+        gone = [u for u in state.texts if u not in by_cell]  # cells whose diagnostics are cleared
+        state.texts, state.findings = dict(zip(cells, texts)), by_cell
+        for uri, text in zip(cells, texts):
+            self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(
+                uri=uri, diagnostics=self.diagnostics(by_cell.get(uri, []), text, cells=cells)))
+        for uri in gone:
+            if uri not in state.texts:  # a cell deleted, or no longer Python
+                self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
+
+    def schedule_notebook(self, nb_uri: str, delay: float) -> None:
+        state = self.notebooks.get(nb_uri)
+        if state is None:
+            return
+        if state.task is not None and not state.task.done():
+            state.task.cancel()
+        state.task = asyncio.ensure_future(self.relint_notebook(nb_uri, delay))
 
     # -------------------------------------------------------------- workspace index
     def index_workspace(self) -> None:
@@ -397,6 +503,11 @@ def _index_then_refresh(ls: TorchlintServer) -> None:
             loop.call_soon_threadsafe(ls.schedule, uri, 0.0)
         except RuntimeError:  # loop closed
             return
+    for uri in list(ls.notebooks):
+        try:
+            loop.call_soon_threadsafe(ls.schedule_notebook, uri, 0.0)
+        except RuntimeError:  # loop closed
+            return
 
 
 def _forget_finished(ls: TorchlintServer) -> None:
@@ -453,6 +564,8 @@ async def did_save(ls: TorchlintServer, params: types.DidSaveTextDocumentParams)
     for other in list(ls.docs):
         if other != uri:
             ls.schedule(other, 0.0)
+    for nb in list(ls.notebooks):
+        ls.schedule_notebook(nb, 0.0)
 
 
 @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
@@ -465,12 +578,47 @@ async def did_close(ls: TorchlintServer, params: types.DidCloseTextDocumentParam
     ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
 
 
+@server.feature(types.NOTEBOOK_DOCUMENT_DID_OPEN)
+async def notebook_did_open(ls: TorchlintServer, params: types.DidOpenNotebookDocumentParams):
+    _forget_finished(ls)
+    ls.notebooks[params.notebook_document.uri] = NotebookState()
+    ls.schedule_notebook(params.notebook_document.uri, 0.0)
+
+
+@server.feature(types.NOTEBOOK_DOCUMENT_DID_CHANGE)
+async def notebook_did_change(ls: TorchlintServer, params: types.DidChangeNotebookDocumentParams):
+    _forget_finished(ls)
+    uri = params.notebook_document.uri
+    if uri not in ls.notebooks:
+        ls.notebooks[uri] = NotebookState()
+    ls.schedule_notebook(uri, DEBOUNCE_S)
+
+
+@server.feature(types.NOTEBOOK_DOCUMENT_DID_SAVE)
+async def notebook_did_save(ls: TorchlintServer, params: types.DidSaveNotebookDocumentParams):
+    _forget_finished(ls)
+    ls.schedule_notebook(params.notebook_document.uri, 0.0)
+
+
+@server.feature(types.NOTEBOOK_DOCUMENT_DID_CLOSE)
+async def notebook_did_close(ls: TorchlintServer, params: types.DidCloseNotebookDocumentParams):
+    _forget_finished(ls)
+    state = ls.notebooks.pop(params.notebook_document.uri, None)
+    if state is not None and state.task is not None and not state.task.done():
+        state.task.cancel()
+    cells = {c.uri for c in params.cell_text_documents} | set(state.texts if state is not None else ())
+    for uri in sorted(cells):
+        ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
+
+
 @server.feature(types.WORKSPACE_DID_CHANGE_WATCHED_FILES)
 async def did_change_watched(ls: TorchlintServer, params: types.DidChangeWatchedFilesParams):
     if any(os.path.basename(uri_to_path(c.uri) or "") in CONFIG_NAMES for c in params.changes):
         ls._settings.clear()
         for uri in list(ls.docs):
             ls.schedule(uri, 0.0)
+        for uri in list(ls.notebooks):
+            ls.schedule_notebook(uri, 0.0)
 
 
 # ------------------------------------------------------------------ code actions
@@ -567,7 +715,7 @@ def code_action(ls: TorchlintServer, params: types.CodeActionParams):
                     title=f"Disable {f.code} for this line", kind=types.CodeActionKind.QuickFix,
                     diagnostics=diags,
                     edit=types.WorkspaceEdit(changes={uri: [types.TextEdit(rng, new_line.rstrip("\r\n"))]})))
-    if want_all:
+    if want_all and ls.workspace.get_notebook_document(cell_uri=uri) is None:
         path = uri_to_path(uri)
         settings = ls.settings_for(path)
         if any(f.fix is not None and f.fix.applicability != UNSAFE and f.code not in ("TL000", "TL001")
