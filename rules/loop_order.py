@@ -5,9 +5,9 @@ from torchlint.model import catalog
 from torchlint.model.flow import norm_path
 from torchlint.model.ir import BACKWARD, CALL, CLEAR, SCHED_STEP, STEP, CallOp, LoopOp, all_ops
 from torchlint.model.queries import (
-    analysable_functions, clear_covers, clears, first_direct, guards_inside, is_accumulation_test,
-    is_kind, iteration, local_function, manual_update, optimizer_owners_text, optimizer_paths,
-    passes_as_argument,
+    analysable_functions, clear_covers, clears, first_direct, grads_handed_off, guards_inside,
+    is_accumulation_test, is_kind, iteration, leaves_iteration, local_function, manual_update,
+    optimizer_owners_text, optimizer_paths, optimizer_wrapper_call, passes_as_argument,
 )
 from torchlint.rule import Report, Rule
 
@@ -134,6 +134,8 @@ for i, (x, y) in enumerate(loader):
             last_bwd = max((j for j in range(i) if is_kind(mm, seq[j], BACKWARD)), default=None)
             if last_bwd is not None:
                 for c in seq[last_bwd + 1:i]:
+                    if leaves_iteration(c, loop) and not leaves_iteration(op, loop):
+                        continue  # `zero_grad(); continue` skips this iteration's step on purpose
                     if clears(mm, c) and clear_covers(mm, fn, c, op, True, n_opts) and id(c) not in reported:
                         reported.add(id(c))
                         yield Report(c.node, f"gradients are cleared after the `backward()` at line "
@@ -148,6 +150,10 @@ for i, (x, y) in enumerate(loader):
             bwds = [o for o in seq if is_kind(mm, o, BACKWARD) and o.loop is loop and not guards_inside(o, loop)]
             if not bwds:
                 continue
+            arm = next(a for br, a in step_guards if br is acc)
+            if any(is_kind(mm, o, BACKWARD) and (acc, arm) in o.guards for o in seq[:i]):
+                continue  # backward and step both under the condition: every n-th iteration
+                # trains this optimizer (n_critic GAN updates), nothing is meant to accumulate
             for c in seq:
                 if clears(mm, c) and getattr(c, "loop", None) is loop and not guards_inside(c, loop) \
                         and clear_covers(mm, fn, c, op, True, n_opts) and id(c) not in reported:
@@ -300,8 +306,8 @@ for x, y in loader:
             if any(is_kind(mm, o, STEP) for o in whole):
                 yield from self._unstepped_optimizers(mm, fn, whole, reported)
                 continue
-            if manual_update(fn):
-                continue
+            if manual_update(fn) or grads_handed_off(fn) or optimizer_wrapper_call(mm, fn, whole):
+                continue  # updated by hand, by another process, or by a wrapper's own method
             for loop in (o for o in all_ops(fn) if isinstance(o, LoopOp) and o.parent is None):
                 seq = iteration(mm, fn, loop.body)
                 bwd = next((o for o in seq if is_kind(mm, o, BACKWARD)), None)
@@ -310,7 +316,8 @@ for x, y in loader:
                 node, via = bwd.node, ""
                 helper = local_function(bwd.info) if bwd.kind == CALL else None
                 if helper is not None:
-                    if manual_update(helper):
+                    if manual_update(helper) or grads_handed_off(helper) \
+                            or optimizer_wrapper_call(mm, helper, all_ops(helper)):
                         continue
                     inner = first_direct(helper, BACKWARD)
                     if inner is not None:

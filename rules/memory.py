@@ -174,9 +174,12 @@ for x, y in loader:
     triggers = (b"backward",)
 
     def check(self, mm):
+        res = resources.get(mm)
         for fn, acc, is_loss in _graph_accumulations(mm):
             if is_loss or acc.how in ("aug", "selfadd"):
                 continue
+            if not res.kept_across_training_iterations(acc):
+                continue  # filled and dropped within one training iteration (or epoch)
             yield Report(acc.op.node,
                          f"a tensor attached to the autograd graph is stored in `{acc.container}` "
                          "across training iterations, keeping every iteration's graph (and saved "

@@ -274,7 +274,7 @@ for epoch in range(num_epochs):
                     t = norm_path(op.target)
                     if mm.resolver.frozen(fn, t):
                         continue  # a frozen feature extractor is meant to stay in eval mode
-                    if not reaches_backward(mm, fn, op, op.node):
+                    if not reaches_backward(mm, fn, op, op.node, in_order=True):
                         continue  # not a training forward: an evaluation inside the training loop
                     modes = flow.at.get(id(op), frozenset())
                     ev = _sorted(mm, [o for m, o in modes if m == "eval" and not _chosen(o)])

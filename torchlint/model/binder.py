@@ -414,16 +414,20 @@ class Binder:
         arms = []
         self._guards = saved + ((br, 0),)
         arms.append(self._collect(lambda: self._suite(node.body)))
+        leaves = [_leaves(node.body)]
         orelse = node.orelse
         if orelse is not None:
             self._guards = saved + ((br, 1),)
             if isinstance(orelse, cst.If):
                 arms.append(self._collect(lambda: self._if(orelse)))
+                leaves.append(False)
             else:
                 arms.append(self._collect(lambda: self._suite(orelse.body)))
+                leaves.append(_leaves(orelse.body))
             br.exhaustive = True
         self._guards = saved
         br.arms = arms
+        br.leaves = tuple(leaves)
 
     def _loop_common(self, loop: LoopOp, body, orelse) -> None:
         self._emit(loop)
@@ -596,3 +600,17 @@ class Binder:
         recv = dotted(recv_node) if recv_node is not None else None
         self._emit(CallOp(e, None, func=d, qual=q, recv=recv, recv_node=recv_node, attr=attr,
                           args=tuple(e.args)))
+
+
+_EXITS = (cst.Continue, cst.Break, cst.Return, cst.Raise)
+
+
+def _leaves(suite) -> bool:
+    """The block's last statement leaves it: ``continue``, ``break``, ``return`` or ``raise``."""
+    body = getattr(suite, "body", ())
+    if not body:
+        return False
+    last = body[-1]
+    if isinstance(last, cst.SimpleStatementLine):
+        return bool(last.body) and isinstance(last.body[-1], _EXITS)
+    return isinstance(last, _EXITS)

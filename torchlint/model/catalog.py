@@ -202,6 +202,16 @@ DIST_AUTOGRAD = "dist_autograd"
 # callables that take an optimizer as first argument and step it
 OPTIMIZER_STEP_FUNCS = {"torch_xla.core.xla_model.optimizer_step"}
 
+# what a ``torch.optim.Optimizer`` has: a method outside this set called on an optimizer-like
+# object means the object is a wrapper of the project's own (``ScheduledOptim``), whose
+# methods may step the optimizer inside
+OPTIMIZER_API = frozenset({
+    "step", "zero_grad", "add_param_group", "state_dict", "load_state_dict", "param_groups",
+    "state", "defaults", "register_step_pre_hook", "register_step_post_hook",
+    "register_state_dict_pre_hook", "register_state_dict_post_hook",
+    "register_load_state_dict_pre_hook", "register_load_state_dict_post_hook", "train", "eval",
+})
+
 
 ANNOTATION_ROLES = {
     "torch.nn.Module": MODEL,

@@ -120,6 +120,9 @@ class BranchOp(Op):
     test: Optional[cst.BaseExpression] = None  # None for try/except arms
     arms: list = field(default_factory=list)  # list of op lists
     exhaustive: bool = False  # an else arm exists (one arm always runs)
+    # per arm: it ends by leaving the block (``continue``/``break``/``return``/``raise`` as its
+    # last statement), so nothing after the branch runs on that path
+    leaves: tuple = ()
 
 
 Block = list

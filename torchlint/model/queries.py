@@ -69,8 +69,31 @@ def is_grad_clear(op) -> bool:
     return False
 
 
+def selective_grad_clear(op) -> bool:
+    """A ``p.grad = None`` (or ``p.grad.zero_()``) that only some parameters get: under a
+    condition inside the loop over the parameters that does not test the gradient itself
+    (``if "last_layer" in name: p.grad = None`` freezes one layer; ``if p.grad is not None:``
+    or ``if p.requires_grad:`` still clears every gradient there is)."""
+    if op.loop is None or not is_grad_clear(op):
+        return False
+    for br, _ in guards_inside(op, op.loop):
+        if br.test is None:
+            return False  # an except arm
+        if not any(n.endswith((".grad", ".requires_grad")) or n in ("grad", "requires_grad")
+                   for n in names_in(br.test)):
+            return True
+    return False
+
+
 def clears(mm, op) -> bool:
-    return is_kind(mm, op, CLEAR) or is_grad_clear(op)
+    return is_kind(mm, op, CLEAR) or (is_grad_clear(op) and not selective_grad_clear(op))
+
+
+def leaves_iteration(op, loop: LoopOp) -> bool:
+    """``op`` runs in an arm of a branch inside ``loop`` that ends with ``continue``, ``break``,
+    ``return`` or ``raise``: nothing after that branch runs in the same iteration
+    (``if not torch.isfinite(norm): optimizer.zero_grad(); continue``)."""
+    return any(arm < len(br.leaves) and br.leaves[arm] for br, arm in guards_inside(op, loop))
 
 
 def guards_inside(op, loop: LoopOp) -> list:
@@ -272,6 +295,45 @@ def first_direct(fn, kind: str) -> Optional[CallOp]:
     return None
 
 
+def optimizer_wrapper_call(mm, fn, ops) -> Optional[CallOp]:
+    """A call in ``ops`` of a method that ``torch.optim.Optimizer`` does not have, on an
+    optimizer-like object (``optimizer.step_and_update_lr()``): the object is a wrapper whose
+    method may step the optimizer it holds.  Calls resolved to a function of the tree are
+    answered by its summary instead."""
+    for op in ops:
+        if not isinstance(op, CallOp) or op.kind is not None or op.recv_node is None:
+            continue
+        if op.attr in catalog.OPTIMIZER_API or (op.attr or "").startswith("_"):
+            continue
+        if mm.resolver.of_expr(fn, op.recv_node)[0] == catalog.OPTIMIZER:
+            return op
+    return None
+
+
+def grads_handed_off(fn) -> bool:
+    """The gradients are read into a value that is handed to a call (``grads = [p.grad.clone()
+    for p in net.parameters()]; queue.put(grads)``, a hand-written all-reduce): another process
+    or object applies them."""
+    names = set()
+    for op in all_ops(fn):
+        if isinstance(op, AssignOp) and op.value is not None and op.aug is None and _reads_grad(op.value):
+            names |= _assigned_names(op)
+    if not names:
+        return False
+    return any(isinstance(op, CallOp) and op.kind is None and any(names_in(a.value) & names for a in op.args)
+               for op in all_ops(fn))
+
+
+def _reads_grad(e) -> bool:
+    stack = [e]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, cst.Attribute) and x.attr.value == "grad":
+            return True
+        stack.extend(x.children)
+    return False
+
+
 def passes_as_argument(fn, path: str) -> bool:
     """``path`` is passed to some call in ``fn`` that is not a training event (it may step it)."""
     for op in all_ops(fn):
@@ -327,12 +389,14 @@ def _assigned_names(op) -> set:
     return out
 
 
-def reaches_backward(mm, fn, op, node) -> bool:
+def reaches_backward(mm, fn, op, node, in_order: bool = False) -> bool:
     """The value of ``node`` (an expression inside ``op``) reaches what ``fn`` differentiates:
     the receiver or arguments of a ``backward()``, the outputs of ``torch.autograd.grad``, a
     helper that runs backward, through the assignments of ``fn`` (augmented ones included),
     across loop iterations.  A loss computed only to be printed does not.  A value read only for logging (``running += loss.data``,
-    ``pred = out.data.argmax(1)``) does not."""
+    ``pred = out.data.argmax(1)``) does not.  ``in_order``: follow the assignments from ``op``
+    on, in program order, so that a name overwritten before the backward no longer carries the
+    value (a name reused for the training forward after an evaluation forward)."""
     ops = all_ops(fn)
     tainted = set()
     stmt = op.stmt
@@ -347,20 +411,32 @@ def reaches_backward(mm, fn, op, node) -> bool:
             tainted |= _assigned_names(o)
     if not tainted:
         return False
-    for _ in range(2):  # loops: a value of one iteration reaches the next
-        for o in ops:
-            if isinstance(o, AssignOp) and o.value is not None and names_in(o.value) & tainted:
-                tainted |= _assigned_names(o)
-            elif isinstance(o, CallOp) and o.kind == AUTOGRAD_GRAD and any(
-                    names_in(a.value) & tainted for a in o.args):
-                return True
-            elif isinstance(o, CallOp) and o.kind == CALL and any(names_in(a.value) & tainted for a in o.args) \
-                    and (mm.summary_of(o.info) or {}).get("backward"):
-                return True  # handed to a helper that runs backward (a train_step)
-            elif isinstance(o, CallOp) and o.kind == BACKWARD and (
-                    (o.recv_node is not None and names_in(o.recv_node) & tainted)
-                    or any(names_in(a.value) & tainted for a in o.args)):
-                return True  # loss.backward(), accelerator.backward(loss), autograd.backward([...])
+    if in_order:
+        # from ``op`` on, then once more from the start (the next iteration of a loop): a
+        # name assigned a value that does not derive from what ``op`` computed no longer
+        # holds it (``pred = net(test_x)`` for a plot, then ``pred = net(x_batch)`` trained)
+        at = next((k for k, o in enumerate(ops) if o.stmt is stmt), 0)
+        order = ops[at:] + ops
+    else:
+        order = ops + ops  # loops: a value of one iteration reaches the next
+    for o in order:
+        if in_order and o.stmt is stmt:
+            continue
+        if isinstance(o, AssignOp) and o.value is not None and names_in(o.value) & tainted:
+            tainted |= _assigned_names(o)
+        elif in_order and isinstance(o, AssignOp) and o.value is not None and o.aug is None \
+                and all(g in op.guards for g in o.guards) and _assigned_names(o) & tainted:
+            tainted -= _assigned_names(o)  # overwritten wherever ``op`` ran
+        elif isinstance(o, CallOp) and o.kind == AUTOGRAD_GRAD and any(
+                names_in(a.value) & tainted for a in o.args):
+            return True
+        elif isinstance(o, CallOp) and o.kind == CALL and any(names_in(a.value) & tainted for a in o.args) \
+                and (mm.summary_of(o.info) or {}).get("backward"):
+            return True  # handed to a helper that runs backward (a train_step)
+        elif isinstance(o, CallOp) and o.kind == BACKWARD and (
+                (o.recv_node is not None and names_in(o.recv_node) & tainted)
+                or any(names_in(a.value) & tainted for a in o.args)):
+            return True  # loss.backward(), accelerator.backward(loss), autograd.backward([...])
     return False
 
 

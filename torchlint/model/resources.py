@@ -61,6 +61,19 @@ def strip_iter_wrappers(expr):
     return expr
 
 
+def _constant_key(target: cst.Subscript) -> bool:
+    """``d["loss"] = v`` / ``row[0] = v``: every index of the subscript is a literal, so each
+    iteration replaces the same entry."""
+    if not target.slice:
+        return False
+    for el in target.slice:
+        sl = el.slice
+        if not isinstance(sl, cst.Index) or not isinstance(
+                sl.value, (cst.SimpleString, cst.Integer, cst.Float, cst.ConcatenatedString)):
+            return False
+    return True
+
+
 def base_path(expr) -> Optional[str]:
     """``hist["loss"][0]`` -> ``hist``; ``self.losses`` -> ``self.losses``."""
     while isinstance(expr, cst.Subscript):
@@ -862,6 +875,8 @@ class Resources:
                     continue
                 for t in op.targets:
                     if isinstance(t, cst.Subscript):
+                        if _constant_key(t):
+                            continue  # ``stats["d_loss"] = d_loss``: replaced every iteration
                         c = base_path(t)
                         if c:
                             out.append(Accumulation(op, fn, c, op.value, op.value_facts, "setitem", ()))
@@ -910,6 +925,16 @@ class Resources:
             loops.append(lp)
             lp = lp.parent
         return tuple(loops)
+
+    def kept_across_training_iterations(self, acc: Accumulation) -> bool:
+        """One of the loops across whose iterations the container keeps its contents runs
+        ``backward()`` in its own body: what is stored in one training iteration is still held
+        in the next.  A list re-created every epoch and filled by a loop that does not train
+        (an evaluation pass over a few networks for a plot) holds one epoch's values at most."""
+        from .queries import is_kind
+
+        return any(any(is_kind(self.mm, o, BACKWARD) for o in walk(lp.body) if isinstance(o, CallOp))
+                   for lp in acc.loops)
 
     def consumed_by_backward(self, acc: Accumulation) -> bool:
         """A backward (or ``autograd.grad``) whose input derives from the container runs in

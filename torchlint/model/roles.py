@@ -752,6 +752,13 @@ def _mode_of_train_call(op: CallOp) -> Optional[str]:
     return "?"
 
 
+def _own_method(mm, fn, op: CallOp) -> bool:
+    """``self.backward(...)`` resolves to a method the class defines itself (a hand-written
+    gradient computation of a from-scratch model), not to ``Tensor.backward``; the call is then
+    classified as a call of that method, whose summary says whether it runs autograd."""
+    return mm.resolve_call(fn, op) is not None
+
+
 def classify(mm, fn, resolver: RoleResolver) -> None:
     """Label the calls of ``fn`` that are training events (none in a module of another
     framework: MXNet's ``loss.backward()`` and ``trainer.step()`` are not PyTorch's)."""
@@ -771,7 +778,8 @@ def classify(mm, fn, resolver: RoleResolver) -> None:
             op.kind, op.target, op.info = BACKWARD, None, catalog.DIST_AUTOGRAD
         elif q == "torch.autograd.grad":
             op.kind = AUTOGRAD_GRAD
-        elif attr in ("backward", "manual_backward"):
+        elif attr in ("backward", "manual_backward") and not (
+                op.recv == "self" and attr == "backward" and _own_method(mm, fn, op)):
             op.kind, op.target = BACKWARD, op.recv
         elif attr == "step" and op.recv_node is not None:
             role = resolver.of_expr(fn, op.recv_node)[0]
