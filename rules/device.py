@@ -268,9 +268,11 @@ class Encoder(nn.Module):
         "registered as buffers, or moved with `.to(...)`/`.type_as(...)` before use."
     )
     fix_safety = "unsafe"
-    fix_doc = ("Adds `device=x.device` to the factory call, where `x` is the first tensor input "
-               "of `forward`. Unsafe: that input may not be on the device the module runs on "
-               "(a CPU-side argument).")
+    fix_doc = ("Adds `device=x.device` to the factory call, where `x` is the first input of "
+               "`forward` known to be a tensor (a tensor-only attribute or method is used on it, it "
+               "has no `None` default and is never rebound to anything else); no fix when no input "
+               "qualifies or the call passes `**kwargs`. Unsafe: that input may not be on the device "
+               "the module runs on (a CPU-side argument).")
     references = ("https://pytorch.org/docs/stable/notes/cuda.html#device-agnostic-code",)
     triggers = (b"forward",)
 
@@ -282,18 +284,18 @@ class Encoder(nn.Module):
                 continue
             for node, first in res.forward_cpu_tensors(fwd):
                 name = mm.code_for(node.func).strip()
+                advice = f"pass `device={first}.device`" if first else "create it on the inputs' device"
                 yield Report(node, f"`{name}(...)` creates a tensor on the CPU (no `device=`) and "
                              "combines it with the inputs of `forward`, which fails once the module "
-                             f"runs on a GPU; pass `device={first or 'x'}.device`",
-                             fix=_fix_602(node, first), scope=fwd.qualname)
+                             f"runs on a GPU; {advice}", fix=_fix_602(node, first), scope=fwd.qualname)
 
 
 def _fix_602(node, first):
     def make(mm):
         from torchlint.fixes import add_keyword
 
-        if first is None:
-            return None
+        if first is None or any(a.star == "**" for a in node.args):
+            return None  # no input known to be a tensor; ``**kwargs`` may already hold a device
         return add_keyword(mm, node, f"device={first}.device",
                            f"Create it on the inputs' device: `device={first}.device`", "unsafe")
     return make

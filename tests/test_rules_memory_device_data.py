@@ -355,6 +355,50 @@ def test_tensor_created_in_forward_without_device(tmp_path):
     assert kinds == ["unsafe", "unsafe"]
 
 
+def test_tl602_fix_reads_the_device_of_an_input_known_to_be_a_tensor(tmp_path):
+    """Issue 19 item 5: the first input of ``forward`` is a list of token-id lists here, so
+    ``device=token_lists.device`` would raise; the fix takes the mask (a tensor by its use), and
+    the fixed module runs.  A factory given ``**kwargs`` (which may hold a device) gets no fix."""
+    src = """\
+    import torch
+    import torch.nn as nn
+
+
+    class BagEncoder(nn.Module):
+        def __init__(self, vocab, dim, factory_kwargs=None):
+            super().__init__()
+            self.embed = nn.Embedding(vocab, dim)
+            self.factory_kwargs = factory_kwargs or {}
+
+        def forward(self, token_lists, mask, scale=None):
+            B = len(token_lists)
+            T = max(len(t) for t in token_lists)
+            ids = torch.zeros(B, T, dtype=torch.long)
+            for i, toks in enumerate(token_lists):
+                ids[i, :len(toks)] = torch.tensor(toks)
+            h = self.embed(ids) * mask.unsqueeze(-1)
+            bias = torch.ones(B, T, h.size(-1), **self.factory_kwargs)
+            return (h + bias).sum(dim=1)
+
+
+    if __name__ == "__main__":
+        enc = BagEncoder(50, 8)
+        print(enc([[1, 2, 3], [4, 5]], torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])).shape)
+    """
+    text, findings = _lint(tmp_path, src)
+    tl602 = sorted((f.line, f.fix is not None) for f in findings if f.code == "TL602")
+    assert tl602 == [(line_of(src, "ids = torch.zeros"), True), (line_of(src, "bias = torch.ones"), False)]
+    out, _ = fixed(tmp_path, src, "TL602")
+    assert "ids = torch.zeros(B, T, dtype=torch.long, device=mask.device)" in out
+    assert "token_lists.device" not in out and "scale.device" not in out
+    torch = pytest.importorskip("torch")
+    ns = {}
+    exec(compile(out, "fixed.py", "exec"), ns)  # the fixed module is valid and runs (CPU)
+    enc = ns["BagEncoder"](50, 8)
+    got = enc([[1, 2, 3], [4, 5]], torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]]))
+    assert tuple(got.shape) == (2, 8)
+
+
 # ----------------------------------------------------------------------------- TL701
 LOADERS = HEADER + """\
 class Stream(torch.utils.data.IterableDataset):

@@ -1149,6 +1149,12 @@ _SHAPE_ATTRS = {"shape", "dtype", "device", "ndim", "is_cuda", "requires_grad", 
 _NON_TENSOR_METHODS = {"size", "dim", "numel", "item", "tolist", "numpy", "element_size", "stride",
                        "is_contiguous", "data_ptr", "get_device", "nelement", "ndimension", "__len__"}
 _MOVING_METHODS = {"to", "cuda", "type_as", "to_dense"}
+# attributes and methods a tensor has and the other values reaching ``forward`` (lists, dicts,
+# PackedSequence, numbers) do not
+_TENSOR_ONLY_ATTRS = {"device", "shape", "size", "dim", "unsqueeze", "permute", "contiguous", "masked_fill",
+                      "new_zeros", "new_ones", "new_full", "new_empty", "new_tensor", "is_cuda", "cuda",
+                      "type_as", "expand", "bmm", "narrow", "index_select", "softmax", "log_softmax",
+                      "float", "long", "half", "detach", "view"}
 _SAFE_WITH_CPU_ARG = {"to", "type_as", "new_tensor", "new_zeros", "new_ones", "new_full", "new_empty",
                       "view", "reshape", "expand", "repeat", "size", "split", "chunk", "permute",
                       "expand_as", "view_as", "reshape_as", "__getitem__", "index_put_", "flip", "roll",
@@ -1200,9 +1206,28 @@ class _ForwardDevice:
                             self.self_tensors.add("self." + s)
 
     def run(self) -> list:
+        self.rebound = set()
         self._block(self.fn.body)
-        first = self.tensor_params[0] if self.tensor_params else None
+        first = self._device_source()
         return [(node, first) for node in self.hits.values()]
+
+    def _device_source(self) -> Optional[str]:
+        """The input of ``forward`` whose ``.device`` a fix may read: a tensor by evidence (a
+        tensor-only attribute or method used on it: ``x.size(0)``, ``x.device``, ``x.shape``,
+        ``x.unsqueeze(1)``...), without a ``None`` default, and never rebound in ``forward`` to a
+        value that is not a tensor derived from the inputs.  None when no input qualifies (a
+        dict of features, a list of tensors, a PackedSequence): the finding gets no fix."""
+        used = set()
+        for n in subnodes(self.fn.node):
+            if isinstance(n, cst.Attribute) and isinstance(n.value, cst.Name) and n.attr.value in _TENSOR_ONLY_ATTRS:
+                used.add(n.value.value)
+        for p in self.tensor_params:
+            dv = self.fn.defaults.get(p)
+            if isinstance(dv, cst.Name) and dv.value == "None":
+                continue
+            if p in used and p not in self.rebound:
+                return p
+        return None
 
     def _block(self, block) -> None:
         for op in block:
@@ -1248,6 +1273,8 @@ class _ForwardDevice:
         d = dotted(t) if isinstance(t, (cst.Name, cst.Attribute)) else None
         if d:
             self.env[d] = v
+            if v != "in":
+                self.rebound.add(d)  # an input name now holds something else
 
     def _meet(self, a, b):
         """Combine two values; a CPU-created tensor meeting an input tensor is a hit."""
