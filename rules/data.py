@@ -73,12 +73,16 @@ def training_verdict(mm, res, info):
         if isinstance(o, LoopOp) and not o.is_while and o.iter is not None and \
                 resources.contains(o.iter, info.op.node):
             sites.append((info.fn, o))
+    escapes = any(p == "<return>" for _f, p in bindings)
     for f, p in bindings:
         if p != "<return>":
-            sites.extend(res.loader_sites(f, p))
+            sites.extend(s for s in res.loader_sites(f, p) if res.reaches_site(f, p, info.op.node, s))
+            escapes = escapes or res.loader_escapes(f, p, info.op.node)
     trains = [s for s in sites if s[1] == "train" or isinstance(s[1], LoopOp) and res.loop_trains(s[0], s[1])]
     if trains:
         return True, "it is iterated by a loop that runs `backward()`"
+    if not escapes:
+        return False, ""  # every use of it is seen, and none trains (a batch shown, statistics)
     evals = [s for s in sites if s[1] == "eval" or isinstance(s[1], LoopOp) and res.loop_evaluates(s[0], s[1])]
     train_named = [n for n in names if resources.is_train_name(n)]
     if train_named and not (sites and len(evals) == len(sites)):

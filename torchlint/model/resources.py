@@ -219,6 +219,7 @@ class Resources:
     def __init__(self, mm):
         self.mm = mm
         self._assigns: dict = {}
+        self._pos: dict = {}
         self._accs: dict = {}
         self._move_cache: dict = {}
 
@@ -808,6 +809,86 @@ class Resources:
                         if param is not None:
                             out.extend(self.loader_sites(callee, param, depth + 1, seen))
         return out
+
+    def loader_escapes(self, fn, path: str, bind_node=None) -> bool:
+        """The loader bound to ``path`` in ``fn`` reaches code whose use of it is not seen
+        here: passed to a call (``trainer.fit(model, train_loader)``, a helper), returned,
+        aliased or put in a container.  ``iter()``, ``next()``, ``len()``, the iteration
+        wrappers (``enumerate``, ``tqdm``) and reads of its attributes (``loader.dataset``)
+        keep it here.  A loader that does not escape is used only where ``loader_sites`` looks."""
+        safe = {"iter", "next", "len", "print"} | set(ITER_WRAPPERS)
+        if path.startswith("self.") and fn.cls is not None:
+            scopes = list(fn.cls.methods.values())
+            scopes += [n for m in scopes for n in m.nested]
+        elif fn.is_module_level:
+            scopes = list(self.mm.all_functions)
+        else:
+            scopes = [fn] + list(fn.nested)
+
+        def exact(e) -> bool:
+            if isinstance(e, (cst.Name, cst.Attribute)):
+                return dotted(e) == path
+            if isinstance(e, (cst.Tuple, cst.List, cst.Set)):
+                return any(exact(el.value) for el in e.elements)
+            if isinstance(e, cst.Dict):
+                return any(isinstance(el, cst.DictElement) and exact(el.value) for el in e.elements)
+            return False
+
+        span = self._binding_span(fn, path, bind_node) if bind_node is not None else None
+        pos = self._positions(fn)
+        for f in scopes:
+            for o in all_ops(f):
+                if f is fn and span is not None and not span[0] < pos.get(id(o), span[0]) < span[1]:
+                    continue  # before this loader existed, or after the name was rebound
+                if isinstance(o, CallOp):
+                    if o.func in safe:
+                        continue
+                    if any(exact(a.value) for a in o.args):
+                        return True
+                elif isinstance(o, AssignOp) and o.value is not None and exact(o.value):
+                    return True
+                elif isinstance(o, ReturnOp) and o.value is not None and exact(o.value):
+                    return True
+        return False
+
+    def _binding_span(self, fn, path: str, bind_node):
+        """(first, last) positions in ``all_ops(fn)`` where the binding of ``path`` whose value
+        holds ``bind_node`` is the name's value, when it is a straight-line statement of
+        ``fn`` (not in a loop, under no other branch than the later bindings): from the binding
+        to the next binding of the name.  None when that cannot be told."""
+        defs = [op for op, _v, _i in self.assigns(fn).get(path, ())]
+        bind = next((op for op in defs if getattr(op, "value", None) is not None
+                     and contains(op.value, bind_node)), None)
+        if bind is None or bind.loop is not None or bind.guards:
+            return None
+        pos = self._positions(fn)
+        b = pos.get(id(bind))
+        if b is None:
+            return None
+        end = len(pos)
+        for r in defs:
+            k = pos.get(id(r))
+            if r is not bind and k is not None and b < k < end and r.loop is None and not r.guards:
+                end = k
+        return b, end
+
+    def _positions(self, fn) -> dict:
+        pos = self._pos.get(id(fn))
+        if pos is None:
+            pos = self._pos[id(fn)] = {id(o): k for k, o in enumerate(all_ops(fn))}
+        return pos
+
+    def reaches_site(self, fn, path: str, bind_node, site) -> bool:
+        """The binding of ``path`` whose value holds ``bind_node`` is the one a site of
+        ``loader_sites`` (a loop of ``fn``) iterates: not when the loop runs before that
+        binding, nor after another binding of the name (a notebook that reuses
+        ``train_loader`` for a statistics pass and then for training)."""
+        f, loop = site
+        if f is not fn or not isinstance(loop, LoopOp):
+            return True
+        span = self._binding_span(fn, path, bind_node)
+        at = self._positions(fn).get(id(loop))
+        return span is None or at is None or span[0] < at < span[1]
 
     @staticmethod
     def _param_for(params, op, i, a) -> Optional[str]:
