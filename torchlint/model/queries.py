@@ -180,20 +180,37 @@ def is_accumulation_test(test) -> bool:
     return found[0]
 
 
-def manual_update(fn) -> bool:
-    """Parameters updated by hand (``p -= lr * p.grad``, ``p.data.add_(p.grad, ...)``)."""
+def manual_update(fn, skip=frozenset()) -> bool:
+    """Parameters updated by hand (``p -= lr * p.grad``, ``p.data.add_(p.grad, ...)``).
+    ``skip``: root names whose updates do not count (see ``weights_updated``)."""
+    def counts(e) -> bool:
+        d = dotted(e) if isinstance(e, (cst.Name, cst.Attribute)) else None
+        return not (d and d.split(".", 1)[0] in skip)
+
     for op in all_ops(fn):
         if isinstance(op, AssignOp) and op.aug is not None and op.value is not None:
-            if _mentions_grad(op.value):
+            if _mentions_grad(op.value) and counts(op.targets[0]):
                 return True
         if isinstance(op, CallOp) and op.attr and op.attr.endswith("_") and op.args:
-            if any(_mentions_grad(a.value) for a in op.args):
+            if any(_mentions_grad(a.value) for a in op.args) and (op.recv_node is None or counts(op.recv_node)):
                 return True
         if isinstance(op, AssignOp) and op.value is not None and op.aug is None and _mentions_grad(op.value):
             for t in op.targets:
-                if isinstance(t, cst.Attribute) and t.attr.value == "data":
+                if isinstance(t, cst.Attribute) and t.attr.value == "data" and counts(t):
                     return True
     return False
+
+
+def forward_inputs(fn) -> set:
+    """Root names passed to a model's forward in ``fn`` (``out = model(imgs)`` gives ``imgs``)."""
+    out = set()
+    for op in all_ops(fn):
+        if isinstance(op, CallOp) and op.kind == FORWARD:
+            for a in op.args:
+                d = dotted(a.value) if isinstance(a.value, (cst.Name, cst.Attribute)) else None
+                if d and not d.startswith("self."):
+                    out.add(d.split(".", 1)[0])
+    return out
 
 
 def _mentions_grad(e) -> bool:
@@ -346,8 +363,9 @@ def passes_as_argument(fn, path: str) -> bool:
 
 def steps_or_updates(mm, fn) -> bool:
     """``fn`` updates weights: an optimizer step (directly, in a closure or a helper) or a
-    manual parameter update."""
-    return any(is_kind(mm, o, STEP) for o in iteration(mm, fn, fn.body)) or manual_update(fn)
+    manual parameter update.  A tensor updated from its own gradient that is an input of a
+    forward (Langevin sampling, adversarial examples) is not a weight."""
+    return any(is_kind(mm, o, STEP) for o in iteration(mm, fn, fn.body)) or manual_update(fn, forward_inputs(fn))
 
 
 def names_in(expr) -> set:

@@ -503,6 +503,33 @@ class RoleResolver:
                         b = _bool_arg(o, True)
                         if b is not None:
                             marks.append((self._scope_key(fn, owner)[0], _strip_module(owner), not b))
+        # ``freeze_params(unet.parameters())``: a helper of this module that switches off
+        # ``requires_grad`` for every element of a parameter it iterates
+        freezers = {}
+        for fn in self.mm.all_functions:
+            for loop in (o for o in all_ops(fn) if isinstance(o, LoopOp)):
+                if loop.parent is not None or not isinstance(loop.iter, cst.Name) or loop.iter.value not in fn.params \
+                        or not isinstance(loop.target, cst.Name):
+                    continue
+                var = loop.target.value
+                if any(isinstance(o, AssignOp) and o.aug is None and len(o.targets) == 1 and not o.guards
+                       and dotted(o.targets[0]) == f"{var}.requires_grad"
+                       and isinstance(o.value, cst.Name) and o.value.value == "False" for o in walk(loop.body)):
+                    freezers[fn.name] = [p for p in fn.params if p not in ("self", "cls")].index(loop.iter.value) \
+                        if loop.iter.value not in ("self", "cls") else None
+        if freezers:
+            for fn in self.mm.all_functions:
+                for op in all_ops(fn):
+                    if not (isinstance(op, CallOp) and op.func in freezers and freezers[op.func] is not None):
+                        continue
+                    pos = [a for a in op.args if a.keyword is None and not a.star]
+                    i = freezers[op.func]
+                    a = pos[i].value if i < len(pos) else None
+                    if isinstance(a, cst.Call) and isinstance(a.func, cst.Attribute) \
+                            and a.func.attr.value in ("parameters", "named_parameters"):
+                        owner = dotted(a.func.value)
+                        if owner:
+                            marks.append((self._scope_key(fn, owner)[0], _strip_module(owner), True))
         self._marks = marks
         return marks
 
