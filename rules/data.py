@@ -104,15 +104,27 @@ class TrainLoaderWithoutShuffle(Rule):
     )
     example = """\
 train_loader = DataLoader(train_set, batch_size=64)
+for epoch in range(num_epochs):
+    for x, y in train_loader:
+        optimizer.zero_grad()
+        criterion(model(x), y).backward()
+        optimizer.step()
 """
     use_instead = """\
 train_loader = DataLoader(train_set, batch_size=64, shuffle=True)
+for epoch in range(num_epochs):
+    for x, y in train_loader:
+        optimizer.zero_grad()
+        criterion(model(x), y).backward()
+        optimizer.step()
 """
     known_problems = (
         "Loaders with a `sampler=`/`batch_sampler=` (distributed training), over an "
         "`IterableDataset` or a dataset that shuffles itself, with `shuffle=` set from a "
         "variable, or built from `**kwargs` are not flagged; neither are validation and test "
-        "loaders (named val/test/eval, or iterated only in evaluation code)."
+        "loaders (named val/test/eval, or iterated only in evaluation code), nor a loader whose "
+        "every use is in the file and none trains (one batch shown, statistics computed): a "
+        "module-level loader that other modules import and train on is therefore missed."
     )
     fix_safety = "unsafe"
     fix_doc = ("Adds `shuffle=True` (or turns `shuffle=False` into `shuffle=True`). Unsafe: "
