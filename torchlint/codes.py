@@ -43,4 +43,4 @@ CODES = {
 }
 
 # rules off by default (preview): selected only by their full code
-PREVIEW = frozenset({"TL102", "TL104", "TL107", "TL201", "TL202", "TL206", "TL303", "TL405", "TL502"})
+PREVIEW = frozenset({"TL104", "TL107", "TL201", "TL202", "TL206", "TL303", "TL405"})
