@@ -395,13 +395,19 @@ def _cell_error(nb: Notebook, cell: int, line: int, column: int, msg: str):
     return line, _column(nb, g, column), msg
 
 
+# the first line of a cell left out of the program (it does not parse): a comment, so lines and
+# positions stay; the model reads it as "some code of this module is not seen"
+# (``ModuleModel.has_unseen_code``: a name used only there is not known to be unused)
+LEFT_OUT = "# torchlint: cell left out (syntax error)"
+
+
 def _without_cells(nb: Notebook, cells) -> str:
     if not cells:
         return nb.text
     lines = nb.text.split("\n")
     for c in cells:
-        for g in _cell_lines(nb, c):
-            lines[g - 1] = ""
+        for k, g in enumerate(_cell_lines(nb, c)):
+            lines[g - 1] = LEFT_OUT if k == 0 else ""
     return "\n".join(lines)
 
 

@@ -768,6 +768,14 @@ class ModuleModel:
                     return True
         return False
 
+    @property
+    def has_unseen_code(self) -> bool:
+        """Part of the module is not analysed: a notebook cell that does not parse was left
+        out of the program (what it does with the module's names is unknown)."""
+        from ..notebook import LEFT_OUT
+
+        return LEFT_OUT in self.text
+
     def clears_by_assignment(self, fn: FunctionModel) -> bool:
         """``p.grad = None`` / ``p.grad.zero_()`` style clearing inside ``fn``."""
         from .queries import selective_grad_clear

@@ -816,6 +816,8 @@ class Resources:
         aliased or put in a container.  ``iter()``, ``next()``, ``len()``, the iteration
         wrappers (``enumerate``, ``tqdm``) and reads of its attributes (``loader.dataset``)
         keep it here.  A loader that does not escape is used only where ``loader_sites`` looks."""
+        if self.mm.has_unseen_code:
+            return True  # a notebook cell left out (it does not parse) may train on it
         safe = {"iter", "next", "len", "print"} | set(ITER_WRAPPERS)
         if path.startswith("self.") and fn.cls is not None:
             scopes = list(fn.cls.methods.values())
