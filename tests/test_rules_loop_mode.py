@@ -387,6 +387,42 @@ def main(loader, val_loader):
     assert lint(src) == [("TL203", 24)]
 
 
+def test_user_context_manager_that_yields_under_no_grad_disables_grad(lint):
+    # a @contextmanager of the module that yields inside no_grad / inference_mode covers the
+    # body of a `with` over it; one that yields with grad on (a timer) does not
+    src = HEADER + """
+import contextlib
+import time
+
+@contextlib.contextmanager
+def frozen(model):
+    model.eval()
+    with torch.inference_mode():
+        yield model
+
+@contextlib.contextmanager
+def timer(name):
+    start = time.time()
+    yield
+    print(name, time.time() - start)
+
+def validate(model, loader):
+    model.eval()
+    with frozen(model), timer("val"):
+        hits = 0
+        for x, y in loader:
+            hits += (model(x).argmax(1) == y).sum().item()
+    return hits
+
+def test_pass(model, loader):
+    model.eval()
+    with timer("test"):
+        for x, y in loader:
+            print(model(x).argmax(1))
+"""
+    assert lint(src) == [("TL203", 40)]
+
+
 def test_helper_with_enable_grad_called_under_no_grad_is_quiet(lint):
     src = HEADER + """
 def input_gradients(model, x):

@@ -118,6 +118,48 @@ def _imported_decorator_grad(mm, name: str):
     return (s or {}).get("applies_grad")
 
 
+def _contextmanager_grad(mm, fn):
+    """The grad mode a ``@contextlib.contextmanager`` function ``fn`` of this module gives the
+    body of a ``with`` over it: the mode of the context its ``yield`` runs in
+    (``with torch.no_grad(): yield``)."""
+    if not any(d in ("contextlib.contextmanager", "contextmanager") for d in fn.decorators):
+        return None
+
+    def visit(node, grad):
+        if isinstance(node, cst.With):
+            for it in node.items:
+                e = it.item
+                call = e.func if isinstance(e, cst.Call) else e
+                q = mm.qualify(dotted(call) or "")
+                if q in catalog.GRAD_OFF_CONTEXTS:
+                    grad = GRAD_OFF
+                elif q in catalog.GRAD_ON_CONTEXTS:
+                    grad = GRAD_ON
+        elif isinstance(node, cst.Yield):
+            return grad
+        for child in node.children:
+            if not isinstance(child, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+                r = visit(child, grad)
+                if r is not None:
+                    return r
+        return None
+
+    return visit(fn.node.body, None)
+
+
+def _context_grad(mm, names: tuple):
+    """The grad mode the innermost of the context managers ``names`` that sets one gives its
+    body (a user ``@contextmanager`` of this module or of another module of the tree)."""
+    cache = mm.__dict__.setdefault("_ctx_grad", {})
+    for name in reversed(names):
+        if name not in cache:
+            f = mm.functions.get(name)
+            cache[name] = _contextmanager_grad(mm, f) if f is not None else _imported_decorator_grad(mm, name)
+        if cache[name] is not None:
+            return cache[name]
+    return None
+
+
 def _apply_decorator_grad(mm, fn) -> None:
     for dq in fn.decorators:
         g = _decorator_grad(mm, dq) or _imported_decorator_grad(mm, dq)
@@ -191,6 +233,12 @@ class ModuleModel:
         for fn in self.all_functions:
             if fn.decorator_grad is None and fn.decorators:
                 _apply_decorator_grad(self, fn)
+        for fn in self.all_functions:  # ``with user_context():`` whose grad mode the model knows
+            for op in walk(fn.body):
+                if op.ctx:
+                    g = _context_grad(self, op.ctx)
+                    if g is not None:
+                        op.grad = g
         for fn in self.all_functions:
             classify(self, fn, self.resolver)
         self._callers_index = None  # built on first use, now that every call is classified
@@ -802,9 +850,11 @@ class ModuleModel:
             if fn.is_module_level or fn.parent is not None:
                 continue
             s = _compact(self.summary_of(fn))
-            if fn.cls is None and fn.nested or any(isinstance(op, ReturnOp) for op in fn.body):
-                g = _decorator_grad(self, fn.name) if fn.cls is None else None
-                if g is not None:  # a decorator that runs what it wraps under no_grad / enable_grad
+            if fn.cls is None and (fn.nested or fn.decorators or any(isinstance(op, ReturnOp) for op in fn.body)):
+                # a decorator that runs what it wraps under no_grad / enable_grad, or a
+                # context manager whose body runs so
+                g = _decorator_grad(self, fn.name) or _contextmanager_grad(self, fn)
+                if g is not None:
                     s["applies_grad"] = g
             out[f"{self.module_name}.{fn.qualname}"] = s
         return out

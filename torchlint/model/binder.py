@@ -182,6 +182,7 @@ class Binder:
         self._fn: FunctionModel = self.module_function
         self._cls: Optional[ClassModel] = None
         self._grad: Optional[str] = None
+        self._ctx: tuple = ()  # unknown context managers around (see ``Op.ctx``)
         self._loop: Optional[LoopOp] = None
         self._guards: tuple = ()
         self._ctx_depth = 0  # guard depth of the innermost ``with`` (or function) around
@@ -196,6 +197,8 @@ class Binder:
     def _emit(self, op) -> None:
         op.stmt = self._cur_stmt
         op.grad = self._grad
+        if self._ctx:
+            op.ctx = self._ctx
         op.loop = self._loop
         op.guards = self._guards
         self._out.append(op)
@@ -264,6 +267,7 @@ class Binder:
                 g = self._grad_of_context(v.args[0].value)
                 if g is not None:
                     self._grad = g if len(self._guards) <= self._ctx_depth else GRAD_UNKNOWN
+                    self._ctx = ()
         elif tp is cst.Assign:
             self._expr(s.value)
             targets = tuple(t.target for t in s.targets)
@@ -366,16 +370,16 @@ class Binder:
             self._emit(DefOp(node, None, function=fn))
         # bind the body in a fresh context
         saved = (self._fn, self._grad, self._loop, self._guards, self._out, self._fn_is_class_body,
-                 self._ctx_depth)
+                 self._ctx_depth, self._ctx)
         self._fn, self._grad, self._loop, self._guards = fn, fn.decorator_grad, None, ()
-        self._ctx_depth = 0
+        self._ctx_depth, self._ctx = 0, ()
         self._out = fn.body
         self._fn_is_class_body = False
         try:
             self._suite(node.body)
         finally:
             (self._fn, self._grad, self._loop, self._guards, self._out, self._fn_is_class_body,
-             self._ctx_depth) = saved
+             self._ctx_depth, self._ctx) = saved
 
     _fn_is_class_body = False
 
@@ -471,20 +475,23 @@ class Binder:
             self._ctx_depth = saved_depth
 
     def _with_items(self, node: cst.With) -> None:
-        new_grad = self._grad
+        new_grad, new_ctx = self._grad, self._ctx
         for item in node.items:
             self._expr(item.item)
             g = self._grad_of_context(item.item)
             if g is not None:
-                new_grad = g
+                new_grad, new_ctx = g, ()
+            elif type(item.item) is cst.Call and dotted(item.item.func):
+                d = dotted(item.item.func)
+                new_ctx = new_ctx + (self.imports.qualify(d) or d,)
             if item.asname is not None:
                 self._emit(AssignOp(item, None, targets=(item.asname.name,), value=item.item))
-        saved = self._grad
-        self._grad = new_grad
+        saved = self._grad, self._ctx
+        self._grad, self._ctx = new_grad, new_ctx
         try:
             self._suite(node.body)
         finally:
-            self._grad = saved
+            self._grad, self._ctx = saved
 
     def _grad_of_context(self, expr) -> Optional[str]:
         call = expr.func if isinstance(expr, cst.Call) else expr

@@ -43,6 +43,10 @@ class Op:
     guards: tuple = ()
     # the statement this op belongs to (SimpleStatementLine or compound statement)
     stmt: Optional[cst.CSTNode] = field(default=None, repr=False)
+    # the context managers of unknown grad mode this op runs inside (qualified names, outermost
+    # first, since the innermost known grad context): resolved by the model (user
+    # ``@contextmanager`` functions that yield under no_grad, here or in another module)
+    ctx: tuple = ()
 
 
 @dataclass(eq=False)
