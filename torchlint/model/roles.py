@@ -88,7 +88,8 @@ class RoleResolver:
                     return self.of_expr(fn, expr.args[0].value)
                 if attr == "from_pretrained":
                     base = dotted(func.value) or ""
-                    if base and catalog.non_torch_object(self.mm.qualify(base)):
+                    qb = self.mm.qualify(base) if base else None
+                    if qb and catalog.non_torch_object(qb):
                         # a diffusers pipeline (``AutoPipelineForText2Image``): its ``__call__``
                         # runs no_grad sampling, it is not a module
                         return (None, None)
