@@ -124,27 +124,29 @@ def _contextmanager_grad(mm, fn):
     (``with torch.no_grad(): yield``)."""
     if not any(d in ("contextlib.contextmanager", "contextmanager") for d in fn.decorators):
         return None
+    return _yield_grad(mm, fn.node.body, None)
 
-    def visit(node, grad):
-        if isinstance(node, cst.With):
-            for it in node.items:
-                e = it.item
-                call = e.func if isinstance(e, cst.Call) else e
-                q = mm.qualify(dotted(call) or "")
-                if q in catalog.GRAD_OFF_CONTEXTS:
-                    grad = GRAD_OFF
-                elif q in catalog.GRAD_ON_CONTEXTS:
-                    grad = GRAD_ON
-        elif isinstance(node, cst.Yield):
-            return grad
-        for child in node.children:
-            if not isinstance(child, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
-                r = visit(child, grad)
-                if r is not None:
-                    return r
-        return None
 
-    return visit(fn.node.body, None)
+def _yield_grad(mm, node, grad):
+    """The grad mode of the first ``yield`` under ``node`` (a module-level function, not a
+    recursive closure: a closure that calls itself is a reference cycle holding the model)."""
+    if isinstance(node, cst.With):
+        for it in node.items:
+            e = it.item
+            call = e.func if isinstance(e, cst.Call) else e
+            q = mm.qualify(dotted(call) or "")
+            if q in catalog.GRAD_OFF_CONTEXTS:
+                grad = GRAD_OFF
+            elif q in catalog.GRAD_ON_CONTEXTS:
+                grad = GRAD_ON
+    elif isinstance(node, cst.Yield):
+        return grad
+    for child in node.children:
+        if not isinstance(child, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            r = _yield_grad(mm, child, grad)
+            if r is not None:
+                return r
+    return None
 
 
 def _context_grad(mm, names: tuple):
