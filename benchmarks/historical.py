@@ -237,7 +237,8 @@ def _notebook_raw_line(path: str, cell: int, row: int) -> int:
             nb = _NB_CACHE[path] = notebook.load(path)
         except Exception:
             return row
-    return nb.raw_lines.get((cell, row), row)
+    pos = nb.raw_position(cell, row, 0)  # the line in the .ipynb file's text
+    return pos[0] if pos else row
 
 
 def near(findings, codes, path, lines, tol):

@@ -94,7 +94,8 @@ def test_the_model_sees_the_project_only_through_a_recording_view(tmp_path):
     assert not [k for k, v in vars(mm).items() if isinstance(v, ProjectIndex)]
     public = {n for n in dir(ProjectView) if not n.startswith("_")}
     assert public == {"asked", "key_for", "root_of", "has_module", "module_key", "locate", "resolve",
-                      "summary", "class_facts", "method", "is_called", "only_called_under_no_grad"}
+                      "summary", "class_facts", "method", "is_called", "only_called_under_no_grad",
+                      "param_sites"}
     before = set(mm.project.asked)
     assert mm.project.only_called_under_no_grad("helpers.grab")
     assert Question(Aspect.NO_GRAD_CALLERS, "helpers.grab") in mm.project.asked - before

@@ -595,3 +595,78 @@ def test_call_graph_edges_are_resolved(tmp_path):
     assert isinstance(callees["train_one_epoch"], ExternalRef)
     assert callees["train_one_epoch"].qualname == "engine.train_one_epoch"
     assert callees["evaluate"].qualname == "engine.evaluate"
+
+
+CALL_SITE_PROJECT = {
+    "nets.py": """
+        import torch.nn as nn
+        import torch.nn.functional as F
+
+
+        class SpeakerNet(nn.Module):
+            def __init__(self, n_speakers=10):
+                super().__init__()
+                self.body = nn.Sequential(nn.Linear(80, 256), nn.ReLU(), nn.Dropout(0.1))
+                self.out = nn.Linear(256, n_speakers)
+
+            def forward(self, x):
+                return F.softmax(self.out(self.body(x)), dim=-1)
+
+
+        class SpeakerLogits(nn.Module):
+            def __init__(self, n_speakers=10):
+                super().__init__()
+                self.body = nn.Sequential(nn.Linear(80, 256), nn.ReLU(), nn.Dropout(0.1))
+                self.out = nn.Linear(256, n_speakers)
+
+            def forward(self, x):
+                return self.out(self.body(x))
+    """,
+    "loops.py": """
+        import torch.nn as nn
+
+
+        def fit(net, loader, opt, epochs):
+            criterion = nn.CrossEntropyLoss()
+            for _ in range(epochs):
+                for feats, speaker in loader:
+                    opt.zero_grad()
+                    loss = criterion(net(feats), speaker)
+                    loss.backward()
+                    opt.step()
+    """,
+    "main.py": """
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+
+        from loops import fit
+        from nets import SpeakerNet
+
+        data = TensorDataset(torch.randn(64, 80), torch.randint(0, 10, (64,)))
+        model = SpeakerNet().to("cpu")
+        fit(model, DataLoader(data, batch_size=8), torch.optim.Adam(model.parameters()), epochs=2)
+    """,
+}
+
+
+def test_a_parameter_takes_the_class_its_call_sites_in_another_module_pass(tmp_path):
+    """Only main.py says what ``fit``'s ``net`` is; an edit of main.py (the logits model)
+    changes the findings of loops.py, with the cache and two workers as without them."""
+    paths = write(tmp_path, CALL_SITE_PROJECT)
+    cache_dir = str(tmp_path / "cache")
+    first = lint(paths)
+    assert codes(first) == {"loops.py": ["TL401:9"]}
+    assert lint(paths, cache=Cache(cache_dir), jobs=2) == first
+    assert lint(paths, cache=Cache(cache_dir)) == first  # from the cache
+    main = tmp_path / "main.py"
+    main.write_text(main.read_text().replace("SpeakerNet", "SpeakerLogits"))
+    cold = lint(paths)
+    assert codes(cold) == {}
+    assert lint(paths, cache=Cache(cache_dir)) == cold
+    assert lint(paths, cache=Cache(cache_dir), jobs=2) == cold
+    # two call sites that disagree say nothing; a name alone is no evidence either
+    main.write_text(main.read_text() + "fit(SpeakerNet(), None, None, 1)\n")
+    assert codes(lint(paths, cache=Cache(cache_dir), jobs=2)) == codes(lint(paths)) == {}
+    main.write_text(main.read_text().replace("fit(SpeakerNet(), None, None, 1)\n", "fit(make_net(), None, None, 1)\n")
+                    .replace("SpeakerLogits", "SpeakerNet"))
+    assert codes(lint(paths, cache=Cache(cache_dir))) == codes(lint(paths)) == {}

@@ -132,7 +132,12 @@ def test_connected_tree_is_linted_once_and_finds_the_cross_module_bugs(monkeypat
     # the model in eval mode for the subclass's training loop (trainers/base.py)
     assert found == {("amp_helpers_never_clear_grads/train.py", "TL103", 31),
                      ("trainer_base_class_in_package/trainers/regression.py", "TL202", 25)}
-    assert sorted(linted) == sorted(os.path.relpath(f, FIXTURES) for f in files)  # each once
+    # each once, except the two modules whose parameters only their importers' call sites
+    # describe (``backward_and_clip(loss, model, ...)`` is given train.py's ``Net``,
+    # ``BaseTrainer(model, ...)`` the ``KeypointNet`` of train.py): linted again once those
+    # call sites are known (imports are linted first)
+    again = ["amp_helpers_never_clear_grads/amp_utils.py", "trainer_base_class_in_package/trainers/base.py"]
+    assert sorted(linted) == sorted([os.path.relpath(f, FIXTURES) for f in files] + again)
 
 
 def test_process_pool_gives_the_results_of_one_process():
@@ -326,6 +331,8 @@ def test_a_file_of_an_import_cycle_is_checked_again_from_its_kept_tree(tmp_path,
     order, stats = passes[0]
     assert order.index("cls/engine.py") < order.index("cls/utils.py")
     assert stats["kept"] >= 1 and stats["relinted"] >= 1
-    # engine.py was parsed once: it is not among the files linted again after the first pass
-    assert all("cls/engine.py" not in later for later, _ in passes[1:])
-    assert parses.read_text().splitlines().count("engine") == 1
+    # the later passes are for call sites only: train.py gives ``fit`` a ``Net`` (utils.py
+    # again), then ``fit`` hands it to ``train_one_epoch`` (engine.py again, and train.py,
+    # which asked what ``fit`` does); the cycle itself was settled from the kept tree
+    assert [later for later, _ in passes[1:]] == [["cls/utils.py"], ["cls/engine.py", "train.py"]]
+    assert parses.read_text().splitlines().count("engine") == 2

@@ -616,6 +616,24 @@ def _exports_since_last_run(cache, path: str, result, opts) -> str:
     return "same" if same else "changed"
 
 
+def _call_sites_changed(cache, path: str, result, opts) -> Optional[set]:
+    """The functions whose call sites in ``result``'s module (with what they pass: see
+    ``model.callsites``) differ from the last run's, or ``None`` when that is not known."""
+    from .project import split_args_entry
+
+    if result.is_lazy() or cache is None:
+        return None
+    last = cache.last_exports(path, opts)
+    if last is None or last[0] != result.module:
+        return None
+    try:
+        old = {x[0] for x in last[1].get("called", ()) if x[0].endswith(")")}
+        new = {x[0] for x in result.called if x[0].endswith(")")}
+    except (TypeError, IndexError, AttributeError):
+        return None
+    return {split_args_entry(e)[0] for e in old ^ new if split_args_entry(e)}
+
+
 def _read_bytes(path: str) -> Optional[bytes]:
     try:
         with open(path, "rb") as fh:
@@ -748,9 +766,16 @@ def _run(files, opts: LintOptions, jobs: int, cache, progress, workspace) -> lis
             changed = {results[i].module for i in stale if results[i].module}
             added = {results[i].module for i in stale if results[i].module and state[i] == "new"}
             check_all = len(changed) * 4 > len(files) or gone
+            sites: Optional[set] = set()  # functions whose call sites changed (None: unknown)
+            for i in stale:
+                got = _call_sites_changed(cache, files[i], results[i], opts) if state[i] == "changed" else None
+                if got is None:
+                    sites = None
+                    break
+                sites |= got
             # (a cached result reads its questions only when they have to be checked)
             again = [i for i, r in enumerate(results)
-                     if (check_all or i in fresh or stale and r.queries and may_depend(r.queries, changed, added))
+                     if (check_all or i in fresh or stale and r.queries and may_depend(r.queries, changed, added, sites))
                      and r.queries and project.answers(r.queries, memo) != r.answers]
             if not again:
                 break

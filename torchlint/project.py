@@ -17,6 +17,57 @@ RETURN_KEEP = frozenset({"graph", "loss", "probs", "logprobs", "sigmoid", "logit
                          "detached", "scalar", "model_out", "fresh", "float"})
 
 
+def args_entry(qual: str, facts: dict) -> str:
+    """A call site of ``qual`` with the facts of its arguments (``model.callsites``), as an
+    entry of a module's calls list: ``qual(<json>)``.  It travels and is counted with the
+    calls (the pool's replicas, the cache's run snapshot, the language server's index), so a
+    callee's question about its call sites is answered from the same counts."""
+    return f"{qual}({json.dumps(facts, sort_keys=True, separators=(',', ':'))})"
+
+
+def split_args_entry(entry: str) -> Optional[tuple]:
+    """``qual(<json>)`` -> ``(qual, <json>)``; ``None`` for a plain qualname."""
+    i = entry.find("(")
+    if i <= 0 or not entry.endswith(")"):
+        return None
+    return entry[:i], entry[i + 1:-1]
+
+
+def param_question(qual: str, idx: int, param: str, guess: Optional[str] = None) -> str:
+    """The name of a question about what other modules pass for one parameter: ``qual`` (the
+    function), ``idx`` (its position among the arguments a call writes: ``self`` not
+    counted), ``param`` (its name, for keyword arguments) and ``guess``, the role the asker
+    gives it without call sites (its name's): call sites that say only that answer like none,
+    so they do not make the asker linted again for nothing."""
+    return f"{qual}:{idx}:{param}:{guess or ''}"
+
+
+def split_param_question(name: str) -> tuple:
+    qual, idx, param, guess = name.rsplit(":", 3)
+    try:
+        return qual, int(idx), param, guess or None
+    except ValueError:
+        return qual, -1, param, guess or None
+
+
+def note_args_entry(project, entry: str, present: bool) -> None:
+    """Keep ``project.call_sites`` (qualname -> set of distinct call-site facts) in step with
+    ``project.called`` for one entry."""
+    got = split_args_entry(entry)
+    if got is None:
+        return
+    q, facts = got
+    cur = project.call_sites.get(q)
+    if present:
+        if cur is None:
+            cur = project.call_sites[q] = set()
+        cur.add(facts)
+    elif cur is not None:
+        cur.discard(facts)
+        if not cur:
+            del project.call_sites[q]
+
+
 def summary_has_effects(summary: Optional[dict]) -> bool:
     """Whether a summary says the function does anything a caller's analysis can use."""
     return bool(summary) and any(v for k, v in summary.items() if k not in _SHAPE_KEYS)
@@ -39,6 +90,7 @@ class Aspect(str, Enum):
     NO_GRAD_CALLERS = "nograd"  # is it called from other modules, all of them under no_grad
     RESOLVE = "resolve"  # where a key-qualified name leads through re-exports and star imports
     MODULES = "modules"  # the tree modules (keys, import roots) under a top-level package name
+    ARGS = "args"  # what the call sites in other modules pass to a function's parameters
 
 
 class Question(NamedTuple):
@@ -123,6 +175,7 @@ class ProjectIndex:
                  classes: Optional[dict] = None, reexports: Optional[dict] = None):
         self.called: set = set()
         self.called_under_no_grad: set = set()
+        self.call_sites: dict = {}  # qualname -> {facts json of each distinct call site}
         self.modules = modules or {}
         self.summaries = _Exports(self, summaries)
         self.classes = _Exports(self, classes)
@@ -321,6 +374,8 @@ class ProjectIndex:
             return rest in self.called or None
         if aspect is Aspect.NO_GRAD_CALLERS:
             return rest in self.called_under_no_grad or None
+        if aspect is Aspect.ARGS:
+            return self.param_sites(rest)
         if aspect is Aspect.MODULES:
             return self.modules_under(rest)
         if aspect is Aspect.RESOLVE:
@@ -344,6 +399,44 @@ class ProjectIndex:
         v = project_answer(aspect, self.summaries.get(key))
         return [key, v] if v is not None else None  # where it resolves matters only if it does something
 
+    def param_sites(self, name: str):
+        """What the call sites in other modules pass for one parameter (``name`` is
+        ``qual:position:parameter``, see :func:`param_question`): the fact they all agree on
+        (a list), ``"?"`` when one of them has evidence and they do not all agree, ``None``
+        when none has evidence for it (a callee with agreeing call sites of its own then asks
+        whether other modules call it at all)."""
+        qual, idx, param, guess = split_param_question(name)
+        texts = self.call_sites.get(qual)
+        if not texts:
+            return None
+        agreed, evidence, missing = None, False, False
+        for text in sorted(texts):
+            try:
+                d = json.loads(text)
+            except ValueError:
+                return "?"
+            if not isinstance(d, dict) or "*" in d:
+                return "?"
+            v = d.get(param)
+            if v is None and idx >= 0:
+                v = d.get(str(idx))
+            if v is None:
+                missing = True
+                continue
+            evidence = True
+            if agreed is None:
+                agreed = v
+            elif v != agreed:
+                if v[:1] == agreed[:1] == ["model"]:
+                    agreed = ["model", None]  # models of different classes
+                else:
+                    return "?"
+        if not evidence:
+            return None
+        if missing:
+            return "?"
+        return None if agreed == [guess, None] else agreed  # nothing the asker does not know
+
     def answers(self, queries, memo: Optional[dict] = None) -> str:
         """A hash of the part of the project's answers a file's rules used (see ``answer``).
         Answers a file did not use do not make it linted again. ``memo`` (question -> its
@@ -366,17 +459,27 @@ class ProjectIndex:
         return p
 
 
-_CALLERS = (Aspect.CALLED, Aspect.NO_GRAD_CALLERS)
+_CALLERS = (Aspect.CALLED, Aspect.NO_GRAD_CALLERS, Aspect.ARGS)
 
 
-def may_depend(queries, changed: set, added: set = frozenset()) -> bool:
+def _sites_changed(name: str, sites: Optional[set]) -> bool:
+    """An ``ARGS`` question whose function's call sites changed (``sites`` ``None``: unknown)."""
+    return sites is None or split_param_question(name)[0] in sites
+
+
+def may_depend(queries, changed: set, added: set = frozenset(), sites: Optional[set] = None) -> bool:
     """Whether a file's questions concern one of the ``changed`` module keys (whose exports
     changed) or a module of the ``added`` ones (new to the tree); a cached file whose
-    questions do not cannot get different answers."""
+    questions do not cannot get different answers. ``sites``, when known, are the functions
+    whose call sites in the changed modules changed (what ``ARGS`` questions depend on)."""
     tops = {k.partition("@")[0].partition(".")[0] for k in added}
     if len(changed) <= 4:  # a few edited files: prefix tests instead of walking each name
         dotted = tuple(c + "." for c in changed)
         for aspect, name in queries:
+            if aspect is Aspect.ARGS:
+                if _sites_changed(name, sites):
+                    return True
+                continue
             if aspect in _CALLERS:
                 return True  # callers come from every module: recheck
             if aspect is Aspect.MODULES:
@@ -387,6 +490,10 @@ def may_depend(queries, changed: set, added: set = frozenset()) -> bool:
                 return True
         return False
     for aspect, name in queries:
+        if aspect is Aspect.ARGS:
+            if _sites_changed(name, sites):
+                return True
+            continue
         if aspect in _CALLERS:
             return True
         if aspect is Aspect.MODULES:
@@ -484,6 +591,13 @@ class ProjectView:
         self._ask(Aspect.NO_GRAD_CALLERS, qual)
         return qual in self._index.called_under_no_grad
 
+    def param_sites(self, qual: str, idx: int, param: str, guess: Optional[str] = None):
+        """What the call sites of ``qual`` in other modules pass for one of its parameters
+        (see :meth:`ProjectIndex.param_sites`)."""
+        name = param_question(qual, idx, param, guess)
+        self._ask(Aspect.ARGS, name)
+        return self._index.param_sites(name)
+
 
 class Workspace:
     """The one owner of the project index of a set of files: its module table (keys, import
@@ -559,6 +673,10 @@ def count_calls(project: ProjectIndex, results) -> None:
         else:
             under.discard(q)
     project.called, project.called_under_no_grad = called, under
+    project.call_sites = {}
+    for q in called:
+        if q.endswith(")"):
+            note_args_entry(project, q, True)
 
 
 def called_counts(results) -> dict:

@@ -29,7 +29,7 @@ import re
 import sys
 from typing import Optional
 
-from .project import Aspect
+from .project import Aspect, note_args_entry
 
 _IMPORT_RE = re.compile(
     rb"^[ \t]*(?:from[ \t]+(\.*)[ \t]*([\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n#;]*)|import[ \t]+([^\n#;]+))",
@@ -332,7 +332,7 @@ class ProjectReplica:
             if not memo[q].endswith(b"=null"):
                 continue
             aspect, rest = q
-            if aspect in (Aspect.CALLED, Aspect.NO_GRAD_CALLERS, Aspect.MODULES):
+            if aspect in (Aspect.CALLED, Aspect.NO_GRAD_CALLERS, Aspect.ARGS, Aspect.MODULES):
                 continue  # asked of every caller, not of one module; or of the module table
             if aspect is Aspect.METHOD:
                 rest = rest.rpartition(".")[0]
@@ -411,6 +411,8 @@ class ProjectReplica:
             else:
                 self.counts.pop(q, None)
                 p.called.discard(q)
+            if q.endswith(")"):
+                note_args_entry(p, q, bool(n))
             if n and under == n:
                 p.called_under_no_grad.add(q)
             else:

@@ -497,7 +497,9 @@ class ModuleModel:
         linted tree (absolute, relative, through package re-exports), ``self.method()``
         through the class and its bases (in this module or imported), and ``Class.method``.
         """
-        d = op.func
+        return self._resolve_name(fn, op.func)
+
+    def _resolve_name(self, fn: FunctionModel, d: Optional[str], depth: int = 0):
         if d is None:
             return None
         if "." not in d:
@@ -511,7 +513,16 @@ class ModuleModel:
             target = self.functions.get(d)
             if target is not None:
                 return target
-            return self._external(self.qualify(d))
+            target = self._external(self.qualify(d))
+            if target is None and depth < 3:
+                # an alias of a function: ``loss_fn = my_loss`` (imported), then ``loss_fn(...)``
+                try:
+                    df = self.resolver.definition(fn, d)
+                except RecursionError:
+                    df = None
+                if df is not None and isinstance(df[1], (cst.Name, cst.Attribute)) and dotted(df[1]) != d:
+                    target = self._resolve_name(df[0], dotted(df[1]), depth + 1)
+            return target
         base, _, name = d.rpartition(".")
         if base in ("self", "super()") and fn.cls is not None or \
                 (base == "self" and fn.parent is not None and fn.parent.cls is not None):
@@ -865,11 +876,16 @@ class ModuleModel:
         """[qualname, under_no_grad] for each call of another module's function."""
         from .ir import CALL as _CALL
 
+        from .callsites import export_entries
+
         out = []
         for fn in self.all_functions:
             for op in all_ops(fn):
                 if isinstance(op, CallOp) and op.kind == _CALL and isinstance(op.info, ExternalRef):
                     out.append([self.project.resolve(op.info.qualname), op.grad == GRAD_OFF])
+        # each call site of another module's function or class with what it passes (roles
+        # known only at call sites: ``model.callsites``), counted with the calls
+        out.extend([entry, off] for entry, off in export_entries(self))
         return out
 
     def export_classes(self) -> dict:

@@ -987,6 +987,10 @@ def model_output_facts(mm, fn, path) -> frozenset:
         out = EMPTY
         for f, call in value_constructors(mm, fn, path):
             out = out | call_output_facts(mm, f, call)
+        if not out and path and path in fn.params:
+            from .callsites import param_forward
+
+            out = param_forward(mm, fn, path)  # every call site passes such a model
         return out
     finally:
         active.discard(key)

@@ -198,6 +198,11 @@ class RoleResolver:
                         return (catalog.MODEL, self.mm.external_class_name(d))
         if not self.mm.is_torch_code:
             return (None, None)
+        from .callsites import param_role
+
+        site = param_role(self.mm, fn, name)  # what every call site passes, by evidence
+        if site is not None:
+            return site
         guess = catalog.role_from_name(name)
         return (guess, None) if guess else (None, None)
 

@@ -1,0 +1,314 @@
+"""Roles known only at call sites: a parameter takes the role (and the class) of the argument
+every call site passes for it, in this module and in the other modules of the linted tree.
+
+``def train(model, optimizer, loader)`` in ``train.py`` and ``model = net.Network().cuda();
+train.train(model, ...)`` in ``main.py``: ``model`` is a ``net.Network`` (whose forward may
+end in a softmax) because the only call says so.  A call site counts only with evidence: the
+argument was built by a constructor (a tree ``nn.Module`` class, ``torch.optim.*``, a loss
+class, a loader ...), passed through ``.to()``/``.cuda()``/``DataParallel``, or is itself a
+parameter whose call sites agree.  A name alone (``model``) is not evidence.
+
+Calls are: ``f(...)``, ``self.method(...)``, ``Class(...)`` (the class's ``__init__``: what it
+stores on ``self`` follows), and ``functools.partial(f, ...)``.  Each other module exports
+its call sites of tree functions (``ModuleModel.export_calls``) as entries of its calls list
+named ``qualname(<facts>)`` (see ``project.args_entry``), so the pool, the cache snapshot and
+the language server count them with the calls; the callee asks ``Aspect.ARGS`` through the
+project view, and its results depend on the answer like on any other question.
+"""
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+import libcst as cst
+
+from . import catalog
+from .binder import dotted
+from .ir import CallOp, all_ops
+
+_PASSTHROUGH = {"to", "cuda", "cpu", "train", "eval", "half", "float", "double", "bfloat16",
+                "to_empty", "requires_grad_", "share_memory"}
+_WRAPPERS = {"torch.nn.DataParallel", "torch.nn.parallel.DistributedDataParallel",
+             "torch.nn.parallel.DataParallel", "torch.compile", "torch.jit.script",
+             "torch.nn.SyncBatchNorm.convert_sync_batchnorm", "torch.nn.DistributedDataParallel"}
+_PARTIAL = {"functools.partial"}
+_FWD = ("probs", "logprobs", "sigmoid", "logits")
+_MISSING = "-"  # a site that passes nothing (or nothing known) for a parameter
+_STAR = "*"  # a site with ``*args``/``**kwargs``: its arguments cannot be matched
+
+
+def evidence_role(mm, fn, expr, depth: int = 0) -> Optional[tuple]:
+    """``(role, info)`` of ``expr`` in ``fn`` by evidence only (a constructor, a wrapper, a
+    parameter whose call sites agree), or ``None``.  ``info`` is a model's class
+    (key-qualified for classes of this module too) or a loss kind."""
+    if depth > 6 or expr is None:
+        return None
+    if isinstance(expr, cst.Call):
+        func = expr.func
+        d = dotted(func)
+        q = mm.qualify(d) if d else None
+        if q:
+            role, info = catalog.role_of_constructor(q)
+            if role:
+                return (role, info)
+            if q in _WRAPPERS and expr.args:
+                return evidence_role(mm, fn, expr.args[0].value, depth + 1)
+        if d:
+            cls = mm.find_class(d)
+            if cls is not None:
+                if mm.class_is_module(cls):
+                    return (catalog.MODEL, f"{mm.module_name}.{cls.qualname}" if mm.module_name else cls.qualname)
+                return None
+            ext = mm.external_class(d)
+            if ext and ext.get("is_module"):
+                return (catalog.MODEL, mm.external_class_name(d))
+        if isinstance(func, cst.Attribute) and func.attr.value in _PASSTHROUGH:
+            return evidence_role(mm, fn, func.value, depth + 1)
+        return None
+    if not isinstance(expr, (cst.Name, cst.Attribute)):
+        return None
+    path = dotted(expr)
+    if not path or path == "self":
+        return None
+    if path.startswith("self."):
+        owner = fn if fn.cls is not None else fn.parent
+        if owner is None or owner.cls is None:
+            return None
+    try:
+        d = mm.resolver.definition(fn, path)
+    except RecursionError:
+        return None
+    if d is not None:
+        return evidence_role(mm, d[0], d[1], depth + 1)
+    f = fn
+    while f is not None:
+        if path in f.params:
+            return param_role(mm, f, path)
+        f = f.parent
+    return None
+
+
+def _model_fwd(mm, fn, expr) -> list:
+    """What the model passed as ``expr`` returns (a ``Sequential`` ending in a softmax ...)."""
+    from .dataflow import call_output_facts, model_output_facts
+
+    try:
+        if isinstance(expr, cst.Call):
+            facts = call_output_facts(mm, fn, expr)
+        else:
+            facts = model_output_facts(mm, fn, dotted(expr))
+    except RecursionError:
+        return []
+    return sorted(f for f in facts if f in _FWD)
+
+
+def arg_fact(mm, fn, expr) -> Optional[list]:
+    """What a call site tells its callee about one argument: ``[role, info]`` (and, for a
+    model of no known class, ``[role, None, forward facts]``), or ``None``."""
+    r = evidence_role(mm, fn, expr)
+    if r is None or r[0] is None:
+        return None
+    if r[0] == catalog.MODEL and r[1] is None:
+        fwd = _model_fwd(mm, fn, expr)
+        if fwd:
+            return [r[0], None, fwd]
+    return [r[0], r[1]]
+
+
+def site_facts(mm, fn, args) -> dict:
+    """``{position or keyword: fact}`` for the arguments of one call site (``{"*": 1}`` when a
+    starred argument hides which parameter gets what)."""
+    out: dict = {}
+    i = 0
+    for a in args:
+        if a.star:
+            return {_STAR: 1}
+        key = a.keyword.value if a.keyword is not None else str(i)
+        if a.keyword is None:
+            i += 1
+        f = arg_fact(mm, fn, a.value)
+        if f is not None:
+            out[key] = f
+    return out
+
+
+def _bound(fn) -> bool:
+    """A method whose first parameter is bound by the call (``self``/``cls``)."""
+    return fn.cls is not None and bool(fn.params) and fn.params[0] in ("self", "cls") \
+        and "staticmethod" not in " ".join(fn.decorators)
+
+
+def _local_sites(mm) -> dict:
+    """id(callee FunctionModel) -> [(caller, args, offset)] for the calls of this module:
+    ``f(...)``, ``self.m(...)``, ``Class(...)`` (its ``__init__``), ``partial(f, ...)``."""
+    got = mm.__dict__.get("_local_call_sites")
+    if got is not None:
+        return got
+    got = mm.__dict__["_local_call_sites"] = {}
+    for f in mm.all_functions:
+        for op in all_ops(f):
+            if not isinstance(op, CallOp) or op.func is None:
+                continue
+            args = op.args
+            q = op.qual or ""
+            if q in _PARTIAL and args and args[0].keyword is None and not args[0].star:
+                name = dotted(args[0].value)
+                target = _local_target(mm, f, name)
+                if target is not None:
+                    got.setdefault(id(target), []).append((f, args[1:]))
+                continue
+            target = _local_target(mm, f, op.func)
+            if target is not None:
+                got.setdefault(id(target), []).append((f, args))
+    return got
+
+
+def _local_target(mm, fn, name: Optional[str]):
+    """The function of this module a call of ``name`` from ``fn`` runs (a class: its
+    ``__init__``), or ``None``."""
+    if not name:
+        return None
+    cls = mm.classes.get(name) if "." not in name else None
+    if cls is not None:
+        init = mm._method_of(cls, "__init__")  # its own or a local base class's
+        return init if not hasattr(init, "module") else None
+    base, _, meth = name.rpartition(".")
+    if base == "self":
+        owner = fn if fn.cls is not None else fn.parent
+        if owner is None or owner.cls is None:
+            return None
+        m = owner.cls.methods.get(meth)
+        return m
+    if "." in name:
+        return None
+    f = fn
+    while f is not None:
+        for n in f.nested:
+            if n.name == name:
+                return n
+        f = f.parent
+    return mm.functions.get(name)
+
+
+def _local_facts(mm, fn) -> list:
+    """The facts dict of every call site of ``fn`` in this module."""
+    memo = mm.__dict__.setdefault("_call_site_facts", {})
+    got = memo.get(id(fn))
+    if got is None:
+        memo[id(fn)] = []  # a recursive call (f passes its own parameter to itself) adds nothing
+        got = memo[id(fn)] = [site_facts(mm, caller, args) for caller, args in _local_sites(mm).get(id(fn), ())]
+    return got
+
+
+def _agree(values) -> Optional[list]:
+    agreed = None
+    for v in values:
+        if v is None:
+            return None
+        if agreed is None:
+            agreed = v
+        elif v != agreed:
+            if v[:1] == agreed[:1] and v[0] == catalog.MODEL:
+                agreed = [catalog.MODEL, None]  # models of different classes
+            else:
+                return None
+    return agreed
+
+
+def param_site(mm, fn, name: str) -> Optional[list]:
+    """The fact every call site of ``fn`` (here and in the other modules) agrees on for its
+    parameter ``name`` (see :func:`arg_fact`), or ``None`` (no call site, a site without
+    evidence, or sites that disagree)."""
+    memo = mm.__dict__.setdefault("_param_site", {})
+    k = (id(fn), name)
+    if k in memo:
+        return memo[k]
+    memo[k] = None  # in progress: a cycle of calls agrees on nothing
+    params = [p for p in fn.params if not p.startswith("*")]
+    if name not in params:
+        return None
+    idx = params.index(name) - (1 if _bound(fn) else 0)
+    values = []
+    for s in _local_facts(mm, fn):
+        if _STAR in s:
+            return None
+        v = s.get(name)
+        values.append(v if v is not None or idx < 0 else s.get(str(idx)))
+    exported = not fn.is_module_level and fn.parent is None and bool(mm.module_name)
+    if exported:
+        qual = f"{mm.module_name}.{fn.qualname}"
+        guess = catalog.role_from_name(name) if mm.is_torch_code else None
+        ext = mm.project.param_sites(qual, idx, name, guess)
+        if ext == "?":
+            return None
+        if ext is not None:
+            values.append(ext)
+        elif values and mm.project.is_called(qual):
+            # other modules call it and pass nothing known, or nothing but what its name says
+            return None
+    agreed = _agree(values) if values else None
+    memo[k] = agreed
+    return agreed
+
+
+def param_role(mm, fn, name: str) -> Optional[tuple]:
+    """``(role, info)`` of parameter ``name`` of ``fn`` from its call sites, or ``None``.
+    ``info`` of a model is its class: a local qualname for a class of this module, else
+    key-qualified."""
+    v = param_site(mm, fn, name)
+    if v is None:
+        return None
+    info = v[1] if len(v) > 1 else None
+    if v[0] == catalog.MODEL and isinstance(info, str) and mm.module_name \
+            and info.startswith(mm.module_name + ".") and info[len(mm.module_name) + 1:] in mm.classes:
+        info = info[len(mm.module_name) + 1:]
+    return (v[0], info)
+
+
+def param_forward(mm, fn, name: str) -> frozenset:
+    """What the model every call site passes as ``name`` returns, when they say (a model of
+    no class: a ``Sequential`` ending in a softmax ...)."""
+    v = param_site(mm, fn, name)
+    if v is None or v[0] != catalog.MODEL or len(v) < 3:
+        return frozenset()
+    return frozenset(v[2])
+
+
+def export_entries(mm):
+    """``(entry, under_no_grad)`` for each call site of a function or class of another tree
+    module (see :func:`project.args_entry`): ``f(...)``, ``self.m(...)`` of an inherited
+    method, ``Class(...)`` (its ``__init__``), ``partial(f, ...)``.  A call that binds no
+    parameter knowably (``Class.method(obj, ...)``) is left out."""
+    from ..project import args_entry
+    from .ir import CALL, GRAD_OFF
+
+    for f in mm.all_functions:
+        for op in all_ops(f):
+            if not isinstance(op, CallOp) or op.func is None:
+                continue
+            args, name = op.args, op.func
+            if (op.qual or "") in _PARTIAL:
+                if not args or args[0].keyword is not None or args[0].star:
+                    continue
+                name, args = dotted(args[0].value), args[1:]
+                if not name or _local_target(mm, f, name) is not None:
+                    continue
+                ref = mm._external(mm.qualify(name))
+            elif op.kind == CALL:
+                ref = op.info
+            else:
+                continue
+            if ref is None or not hasattr(ref, "qualname"):
+                continue
+            qual = mm.project.resolve(ref.qualname)
+            if mm.project.class_facts(qual) is not None:
+                init = mm.project.method(qual, "__init__")  # its own or a base class's
+                if init is None:
+                    continue
+                qual = mm.project.resolve(init)
+            elif "." in ref.name and not name.startswith(("self.", "super().")) \
+                    and (op.qual or "") not in _PARTIAL:
+                continue  # Class.method(obj, ...): which parameter gets what is unknown
+            if op.kind != CALL or qual.endswith(".__init__"):
+                yield qual, op.grad == GRAD_OFF  # called, like a plain call
+            yield args_entry(qual, site_facts(mm, f, args)), op.grad == GRAD_OFF
