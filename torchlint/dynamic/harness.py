@@ -235,11 +235,17 @@ def build_args(fn, spec: dict, env: dict) -> dict:
     """Keyword arguments for ``fn`` from the roles in ``spec``; raises ValueError if one is missing."""
     sig = inspect.signature(fn)
     kwargs = {}
+    models = 0
     for name, p in sig.parameters.items():
         if name == "self" or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
             continue
         role = (spec.get(name) or {}).get("role")
         v = env.get(role) if role else None
+        if role == "model":
+            if models and "new_model" in env:
+                # a stand-in of its own for each further model (a frozen encoder and its head)
+                v = env["new_model"]()
+            models += 1
         if role == "loader" and "loader" in env:
             v = env["loader"]
         if v is None and role is None:
@@ -319,10 +325,16 @@ def run(job: dict, device: str, steps: int, probes, emit) -> str:
             loader = make_loader(job.get("batch") or {}, loss, variant, steps, tokens, ddev, shape)
             val_loader = make_loader(job.get("batch") or {}, loss, variant, steps, tokens, ddev, shape)
             opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+            def new_model(variant=variant, loss=loss, opt=opt):
+                m = StandInModel("classes" if variant == "classes" else variant, job.get("outputs", 1), loss).to(dev)
+                opt.add_param_group({"params": list(m.parameters())})  # the optimizer steps it too
+                return m
             env = {"model": model, "optimizer": opt, "loss_fn": make_criterion(loss), "device": dev,
                    "scheduler": torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.9),
                    "scaler": torch.amp.GradScaler(dev.type, enabled=dev.type == "cuda"),
-                   "loader": loader, "val_loader": val_loader, "steps": steps, "dataset": loader.dataset}
+                   "loader": loader, "val_loader": val_loader, "steps": steps, "dataset": loader.dataset,
+                   "new_model": new_model}
             first = next(iter(loader))
             env["batch"] = list(first) if isinstance(first, (list, tuple)) else [first]
             target = fn
