@@ -70,6 +70,16 @@ def evidence_role(mm, fn, expr, depth: int = 0) -> Optional[tuple]:
     path = dotted(expr)
     if not path or path == "self":
         return None
+    memo = mm.__dict__.setdefault("_evidence_roles", {})
+    key = (id(fn), path)
+    if key in memo:
+        return memo[key]
+    memo[key] = None  # in progress (``model = model.to(device)``)
+    got = memo[key] = _path_evidence(mm, fn, path, depth)
+    return got
+
+
+def _path_evidence(mm, fn, path: str, depth: int) -> Optional[tuple]:
     if path.startswith("self."):
         owner = fn if fn.cls is not None else fn.parent
         if owner is None or owner.cls is None:
@@ -126,9 +136,7 @@ def site_facts(mm, fn, args) -> dict:
         key = a.keyword.value if a.keyword is not None else str(i)
         if a.keyword is None:
             i += 1
-        f = arg_fact(mm, fn, a.value)
-        if f is not None:
-            out[key] = f
+        out[key] = arg_fact(mm, fn, a.value)  # null: passed, nothing known
     return out
 
 
@@ -229,11 +237,16 @@ def param_site(mm, fn, name: str) -> Optional[list]:
         return None
     idx = params.index(name) - (1 if _bound(fn) else 0)
     values = []
+    default = _default_fact(mm, fn, name)
     for s in _local_facts(mm, fn):
         if _STAR in s:
             return None
         v = s.get(name)
-        values.append(v if v is not None or idx < 0 else s.get(str(idx)))
+        if v is None and idx >= 0:
+            v = s.get(str(idx))
+        if v is None and name in fn.defaults and not _passes(s, name, idx):
+            v = default  # the call leaves the parameter at its default
+        values.append(v)
     exported = not fn.is_module_level and fn.parent is None and bool(mm.module_name)
     if exported:
         qual = f"{mm.module_name}.{fn.qualname}"
@@ -246,9 +259,26 @@ def param_site(mm, fn, name: str) -> Optional[list]:
         elif values and mm.project.is_called(qual):
             # other modules call it and pass nothing known, or nothing but what its name says
             return None
+    if not values and default is not None and not (exported and mm.project.is_called(qual)):
+        values = [default]  # never called with it in the linted code: its default
     agreed = _agree(values) if values else None
     memo[k] = agreed
     return agreed
+
+
+def _passes(site: dict, name: str, idx: int) -> bool:
+    """The call site passes something (known or not) for the parameter."""
+    return name in site or (idx >= 0 and str(idx) in site)
+
+
+def _default_fact(mm, fn, name: str) -> Optional[list]:
+    """What the default of parameter ``name`` is (``loss=nn.CrossEntropyLoss()``), evaluated
+    where the ``def`` is."""
+    d = fn.defaults.get(name)
+    if d is None:
+        return None
+    scope = fn.parent or mm.module_function
+    return arg_fact(mm, scope, d)
 
 
 def param_role(mm, fn, name: str) -> Optional[tuple]:

@@ -44,7 +44,12 @@ EMPTY: frozenset = frozenset()
 _KEEP_METHODS = {"view", "reshape", "squeeze", "unsqueeze", "flatten", "permute", "transpose",
                  "contiguous", "mean", "sum", "clone", "t", "expand", "expand_as", "view_as",
                  "chunk", "split", "narrow", "select", "gather", "index_select", "masked_fill",
-                 "type_as", "repeat", "squeeze_", "unsqueeze_", "__getitem__"}
+                 "type_as", "repeat", "squeeze_", "unsqueeze_", "__getitem__", "resize", "resize_as",
+                 "reshape_as", "unflatten", "movedim", "swapaxes", "swapdims", "flip", "roll"}
+# torch functions that only change the shape of their first argument (its facts stay)
+_KEEP_FUNCS = {"torch.reshape", "torch.squeeze", "torch.unsqueeze", "torch.flatten", "torch.transpose",
+               "torch.permute", "torch.movedim", "torch.swapaxes", "torch.swapdims", "torch.t",
+               "torch.narrow", "torch.select", "torch.flip", "torch.roll", "torch.unflatten"}
 _DEVICE_METHODS = {"to", "cuda"}
 # autograd-saved outputs (derivatives.yaml uses ``result``) and the views that alias them
 _SAVES_OUT_FUNCS = {"torch.sigmoid", "torch.tanh", "torch.exp", "torch.softmax", "torch.relu",
@@ -326,6 +331,9 @@ class Dataflow:
             return frozenset({"batch"})
         if "params" in base:
             return frozenset({"param"})
+        if base & {"probs", "logprobs", "sigmoid"}:
+            # the rows of a tensor of probabilities: ``for out in torch.softmax(scores, -1)``
+            return base & {"probs", "logprobs", "sigmoid", "graph", "grad_in", "moved"}
         return EMPTY
 
     def _bind(self, target, value, vf: frozenset, env: dict) -> None:
@@ -451,7 +459,12 @@ class Dataflow:
         elif q in catalog.SIGMOID_FUNCS:
             out = self._arg0(e, env) & {"graph", "detached", "moved", "grad_in"} | {"sigmoid", "saves_out"}
         elif q in _SAVES_OUT_FUNCS:
-            out = self._arg0(e, env) & {"graph", "detached", "moved", "grad_in"} | {"saves_out"}
+            a = self._arg0(e, env)
+            out = a & {"graph", "detached", "moved", "grad_in"} | {"saves_out"}
+            if q == "torch.exp" and "logprobs" in a:
+                out = out | {"probs"}  # exp(log_softmax(x)) is softmax(x)
+        elif q in _KEEP_FUNCS and e.args:
+            out = self._arg0(e, env)
         elif q in ("torch.nn.functional.one_hot",):
             out = (self._arg0(e, env) & {"batch", "moved"}) | {"soft"}
         elif q in ("torch.randint", "torch.argmax", "torch.randperm", "torch.multinomial"):
@@ -496,6 +509,8 @@ class Dataflow:
                 out = frozenset({"fresh"})
             elif m in _SAVES_OUT_METHODS:
                 out = (base & {"graph", "detached", "moved", "grad_in"}) | {"saves_out"}
+                if m in ("exp", "exp_") and "logprobs" in base:
+                    out = out | {"probs"}  # log_softmax(x).exp() is softmax(x)
             elif m in _KEEP_METHODS:
                 out = base
             elif m in ("argmax", "argmin"):
@@ -984,8 +999,8 @@ def model_output_facts(mm, fn, path) -> frozenset:
         return EMPTY
     active.add(key)
     try:
-        out = EMPTY
-        for f, call in value_constructors(mm, fn, path):
+        out = _added_modules_output(mm, fn, path)
+        for f, call in ([] if out else value_constructors(mm, fn, path)):
             out = out | call_output_facts(mm, f, call)
         if not out and path and path in fn.params:
             from .callsites import param_forward
@@ -994,6 +1009,20 @@ def model_output_facts(mm, fn, path) -> frozenset:
         return out
     finally:
         active.discard(key)
+
+
+def _added_modules_output(mm, fn, path) -> frozenset:
+    """``model = nn.Sequential(); model.add_module("fc", nn.Linear(...)); model.add_module(
+    "softmax", nn.Softmax())``: what the last module added in ``fn`` returns."""
+    if not path:
+        return EMPTY
+    last = None
+    for op in walk(fn.body):
+        if isinstance(op, CallOp) and op.attr == "add_module" and op.recv == path and len(op.args) >= 2:
+            last = op.args[1].value
+    if isinstance(last, cst.Call):
+        return call_output_facts(mm, fn, last, 1)
+    return EMPTY
 
 
 def call_output_facts(mm, fn, call, depth: int = 0) -> frozenset:

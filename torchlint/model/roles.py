@@ -848,6 +848,16 @@ def classify(mm, fn, resolver: RoleResolver) -> None:
             if role == catalog.LOSS:
                 op.kind, op.info = LOSS, info
                 continue
+        if attr == "forward" and op.recv_node is not None and op.recv not in (None, "self", "cls") \
+                and not (op.recv or "").startswith("super("):
+            # ``model.forward(x)`` / ``criterion.forward(out, y)``: a forward or a loss all the same
+            role, info = resolver.of_expr(fn, op.recv_node)
+            if role == catalog.MODEL:
+                op.kind, op.target, op.info = FORWARD, op.recv, info
+                continue
+            if role == catalog.LOSS:
+                op.kind, op.target, op.info = LOSS, op.recv, info
+                continue
         if op.func is not None:
             role, info = resolver.of_path(fn, op.func)
             if role == catalog.MODEL:
