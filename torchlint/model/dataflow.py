@@ -285,6 +285,9 @@ class Dataflow:
         if isinstance(op, ReturnOp):
             if op.value is not None:
                 op.value_facts = self.facts(op.value, env)
+                if "moved_inplace" in op.value_facts:
+                    # ``for k in batch: batch[k] = batch[k].to(device)``; ``return batch``
+                    op.value_facts = op.value_facts | {"moved"}
                 self._scan_data(op.value, env, op)
             return env
         if isinstance(op, LoopOp):
