@@ -9,6 +9,8 @@ For each device it reports:
 * the entry way: one grouped run over the buggy fixtures (one per rule, or all with
   ``--full``), wall time per finding, and each script's own time inside the child;
 * the harness way over the findings it applies to;
+* with ``--full``, the default way (harness, module construction, scripts) over the findings of
+  every rule with a probe: wall time per confirmed finding, start-up included;
 * a single finding confirmed alone (cold: a fresh child), the latency a user sees.
 """
 from __future__ import annotations
@@ -34,6 +36,25 @@ except ImportError:  # pragma: no cover
 
 REQUIRED = ["TL101", "TL102", "TL103", "TL104", "TL201", "TL202", "TL204", "TL301", "TL401", "TL402", "TL403",
             "TL501", "TL601", "TL602"]
+
+
+def all_cases():
+    """Every buggy-fixture finding of every rule with a probe (the expected.toml lists)."""
+    import glob
+
+    from torchlint.dynamic import PROBED
+
+    out = []
+    for exp in sorted(glob.glob(os.path.join(ROOT, "fixtures", "*", "expected.toml"))):
+        with open(exp, "rb") as fh:
+            table = tomllib.load(fh)
+        for rel, items in sorted(table.items()):
+            if rel.startswith("bad/"):
+                for item in items:
+                    code, line = item.split(":")
+                    if code in PROBED:
+                        out.append((os.path.join(os.path.dirname(exp), rel), code, int(line)))
+    return out
 
 
 def cases(full: bool):
@@ -102,7 +123,21 @@ def bench(device: str, full: bool, steps: int) -> dict:
         res["harness_per_finding_s"] = round(wall / len(hf), 3)
         res["harness_verdicts"] = {v: sum(1 for f in hf if f.dynamic["verdict"] == v)
                                    for v in ("confirmed", "refuted", "not-reached")}
-    # 4. one finding alone, cold
+    # 4. the default way (harness, module construction, scripts) over every probed rule's findings
+    if full:
+        af = [finding(*c) for c in all_cases()]
+        t0 = time.perf_counter()
+        confirm_findings(af, [], device=device, steps=steps, timeout=120)
+        wall = time.perf_counter() - t0
+        conf = sum(1 for f in af if f.dynamic["verdict"] == "confirmed")
+        res["auto_findings"] = len(af)
+        res["auto_wall_s"] = round(wall, 2)
+        res["auto_per_confirmed_s"] = round(wall / max(1, conf), 3)
+        res["auto_verdicts"] = {v: sum(1 for f in af if f.dynamic["verdict"] == v)
+                                for v in ("confirmed", "refuted", "not-reached")}
+        res["auto_not_reached"] = [f"{os.path.relpath(f.path, ROOT)}:{f.code}:{f.line}: {f.dynamic['evidence'][:160]}"
+                                   for f in af if f.dynamic["verdict"] == "not-reached"]
+    # 5. one finding alone, cold
     f = finding(*cs[0])
     t0 = time.perf_counter()
     confirm_findings([f], [], device=device, steps=steps, timeout=300, way="entry")
@@ -136,6 +171,12 @@ def main():
         if "harness_wall_s" in r:
             print(f"   harness way: {r['harness_wall_s']} s = {r['harness_per_finding_s']} s per finding; "
                   f"verdicts {r['harness_verdicts']}")
+        if "auto_wall_s" in r:
+            print(f"   default way, every probed rule: {r['auto_wall_s']} s for {r['auto_findings']} findings = "
+                  f"{r['auto_per_confirmed_s']} s per confirmed finding (start-up included); verdicts "
+                  f"{r['auto_verdicts']}")
+            for line in r["auto_not_reached"]:
+                print(f"      not reached: {line}")
         print(f"   one finding alone (cold child): {r['single_cold_s']} s ({r['single']})")
     if args.json:
         with open(args.json, "w") as fh:

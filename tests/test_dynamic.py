@@ -474,3 +474,57 @@ def test_match_lines_cover_multiline_statements_and_eval_loops(tmp_path):
     assert src.match_lines(3, "TL201") == [3, 4]
     assert src.match_lines(2, "TL203") == [2, 3, 4]
     assert src.enclosing(3)[0] == "f"
+
+
+STANDIN_PROGRAM = textwrap.dedent('''\
+    """An MNIST classifier logged to wandb, with a tqdm progress bar."""
+    import torch
+    import torch.nn as nn
+    import wandb
+    from torch.utils.data import DataLoader
+    from torchvision import datasets, transforms
+    from tqdm import tqdm
+
+
+    def main():
+        wandb.init(project="mnist")
+        tf = transforms.Compose([transforms.ToTensor(), transforms.Normalize((0.1307,), (0.3081,))])
+        loader = DataLoader(datasets.MNIST("data", train=True, download=True, transform=tf), batch_size=32,
+                            shuffle=True)
+        model = nn.Sequential(nn.Flatten(), nn.Linear(784, 64), nn.ReLU(), nn.Linear(64, 10)).cuda()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for epoch in range(3):
+            for x, y in tqdm(loader, desc=f"epoch {epoch}"):
+                x, y = x.cuda(), y.cuda()
+                loss = nn.functional.cross_entropy(model(x), y)
+                loss.backward()
+                optimizer.step()
+                wandb.log({"loss": loss.item()})
+
+
+    if __name__ == "__main__":
+        main()
+    ''')
+
+
+def test_missing_modules_and_cuda_are_stood_in_and_said(tmp_path):
+    """A CUDA-only program that needs torchvision's MNIST, wandb and tqdm: on a CPU machine
+    without them it still runs, and the evidence says what stood in for what."""
+    import importlib.util
+
+    missing = [m for m in ("wandb", "torchvision", "tqdm") if importlib.util.find_spec(m) is None]
+    if not missing:
+        pytest.skip("wandb, torchvision and tqdm are all installed here: nothing to stand in for")
+    p = tmp_path / "mnist_wandb.py"
+    p.write_text(STANDIN_PROGRAM)
+    f = _finding(str(p), "TL103", 22)
+    confirm_findings([f], [], device="cpu", steps=STEPS, timeout=TIMEOUT, way="entry")
+    d = f.dynamic
+    assert d["verdict"] == "confirmed", d
+    assert "gradients from step 1 were not cleared" in d["evidence"]
+    assert "with --device cpu, its `.cuda()`" in d["evidence"], d["evidence"]
+    for m in missing:
+        assert f"{m} is not installed" in d["evidence"], (m, d["evidence"])
+    if "torchvision" in missing:
+        assert "datasets.MNIST stood in by 256 random [1, 28, 28] images of 10 classes" in d["evidence"]
+    assert not (tmp_path / "data").exists()

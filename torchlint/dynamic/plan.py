@@ -352,6 +352,9 @@ def _construct_spec(path: str, scope: str, fn, code: str):
     """A finding inside a method of an nn.Module (its __init__ or forward): build the module with
     its defaults (sizes named like sizes get 16), then run a few training steps on a stand-in
     input shaped for its first layer (read from the built module)."""
+    if Source.of(path).runnable():  # the program itself builds and feeds its modules: run it instead
+        return None, (f"`{scope}` is a method of an nn.Module, and the file runs as a script (which builds "
+                      f"and feeds it as the program does)")
     init = fn.cls.methods.get("__init__")
     params = {}
     if init is not None:

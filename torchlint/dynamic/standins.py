@@ -148,6 +148,7 @@ class _Dataset(torch.utils.data.Dataset):
         self.classes = [str(i) for i in range(classes)]
         self.transform, self.target_transform, self.seg = transform, target_transform, seg
         self.data = self.images
+        self.pil = False
 
     def __len__(self):
         return len(self.images)
@@ -155,6 +156,12 @@ class _Dataset(torch.utils.data.Dataset):
     def __getitem__(self, i):
         x = self.images[i]
         y = self.targets[i] if self.seg else int(self.targets[i])
+        if self.pil:
+            from torchvision.transforms.functional import to_pil_image
+
+            x = to_pil_image(x)
+            if self.seg:
+                y = to_pil_image(y.to(torch.uint8))
         if callable(self.transform):
             x = self.transform(x)
         if callable(self.target_transform):
@@ -166,7 +173,7 @@ def _dataset_class(name):
     seg = "Segmentation" in name
     shape, classes = ((3, 64, 64), 21) if seg else _DATASETS.get(name, ((3, 32, 32), 10))
 
-    def make(*a, transform=None, target_transform=None, **k):
+    def make(*a, transform=None, target_transform=None, _real=False, **k):
         if name == "FakeData":
             size = int(k.get("size", a[0] if a else 1000))
             shp = tuple(k.get("image_size", (3, 224, 224)))
@@ -177,7 +184,8 @@ def _dataset_class(name):
             ds = _Dataset(name, shape, classes, seg, transform, target_transform)
             what = (f"{_N} random {list(shape)} images with [{shape[1]}, {shape[2]}] masks of {classes} classes"
                     if seg else f"{_N} random {list(shape)} images of {classes} classes")
-        _note(f"torchvision.datasets.{name}", f"torchvision is not installed: datasets.{name} stood in by {what}")
+        _note(f"torchvision.datasets.{name}", ("" if _real else "torchvision is not installed: ")
+              + f"datasets.{name} stood in by {what}")
         return ds
     make.__name__ = name
     return make
@@ -265,6 +273,77 @@ def _torchvision_module(name):
     return m
 
 
+def _fallback_datasets(module) -> None:
+    """The real torchvision.datasets: a dataset whose files are absent (and cannot be downloaded)
+    is stood in by random data of its shape instead of stopping the run."""
+    for name in dir(module):
+        cls = getattr(module, name, None)
+        if not isinstance(cls, type) or not (name in _DATASETS or name.endswith("Segmentation")) or \
+                "__torchlint_fallback__" in vars(cls):
+            continue
+        orig = cls.__init__
+
+        def __init__(self, *a, _orig=orig, _name=name, **k):
+            try:
+                _orig(self, *a, **k)
+            except (RuntimeError, OSError, ValueError) as exc:
+                _note(f"torchvision.datasets.{_name}.files", f"datasets.{_name} could not load its files "
+                                                              f"({type(exc).__name__}: {str(exc)[:80]})")
+                ds = _dataset_class(_name)(transform=k.get("transform"), target_transform=k.get("target_transform"),
+                                           _real=True)
+                ds.pil = callable(k.get("transform"))  # the real transforms start from PIL images
+                # a subclass of its own class serving the stand-in data (isinstance still holds)
+                self.__class__ = type(type(self).__name__, (type(self),),
+                                      {"__getitem__": _Dataset.__getitem__, "__len__": _Dataset.__len__})
+                self.__dict__.update(ds.__dict__)
+        cls.__init__ = __init__
+        cls.__torchlint_fallback__ = True
+
+
+_READ_MODES = ("r", "c", "r+", "readonly", "copyonwrite", "readwrite")
+
+
+def _fallback_memmap(np) -> None:
+    """``np.memmap`` of a data file that is absent (nanoGPT's ``train.bin``) opened for reading:
+    random values of its dtype (integers below 64, token ids of any vocabulary) stand in."""
+    if getattr(np.memmap, "__torchlint_fallback__", False):
+        return
+    orig_new = np.memmap.__new__
+
+    def __new__(subtype, filename, dtype=np.uint8, mode="r+", offset=0, shape=None, order="C"):
+        try:
+            return orig_new(subtype, filename, dtype, mode, offset, shape, order)
+        except FileNotFoundError as exc:
+            if mode not in _READ_MODES:
+                raise
+            dt = np.dtype(dtype)
+            n = int(np.prod(shape)) if shape is not None else 200_000
+            rng = np.random.default_rng(0)
+            arr = (rng.integers(0, 64, n) if dt.kind in "iub" else rng.standard_normal(n)).astype(dt)
+            if shape is not None:
+                arr = arr.reshape(shape)
+            _note(f"memmap:{filename}", f"np.memmap of the absent file {str(filename)[-80:]!r} ({exc.strerror}) "
+                                        f"stood in by {n} random {dt} values")
+            return arr.view(subtype)
+    np.memmap.__new__ = staticmethod(__new__)
+    np.memmap.__torchlint_fallback__ = True
+
+
+class _Wrapped(importlib.abc.Loader):
+    def __init__(self, loader, patch):
+        self.loader, self.patch = loader, patch
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module):
+        self.loader.exec_module(module)
+        try:
+            self.patch(module)
+        except Exception:
+            pass
+
+
 class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def __init__(self, front):
         self.front = front
@@ -272,6 +351,12 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def find_spec(self, fullname, path=None, target=None):
         root = fullname.split(".")[0]
         if self.front:
+            if fullname in ("torchvision.datasets", "numpy"):
+                spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+                if spec is not None and spec.loader is not None:
+                    spec.loader = _Wrapped(spec.loader, _fallback_datasets if fullname != "numpy"
+                                           else _fallback_memmap)
+                return spec
             if fullname != _TB and not fullname.startswith(_TB + "."):
                 return None
             if importlib.util.find_spec("tensorboard") is not None:
@@ -309,6 +394,11 @@ def install(probes) -> None:
     _PROBES[0] = probes
     for name in [n for n, m in list(sys.modules.items()) if getattr(m, "__torchlint_standin__", False)]:
         sys.modules.pop(name, None)
+    if "numpy" in sys.modules:  # torch imported it already
+        try:
+            _fallback_memmap(sys.modules["numpy"])
+        except Exception:
+            pass
     if not any(isinstance(f, _Finder) for f in sys.meta_path):
         sys.meta_path.insert(0, _Finder(front=True))
         sys.meta_path.append(_Finder(front=False))
