@@ -759,7 +759,8 @@ class Probes(TorchFunctionMode):
             alias = self._lookup(self.data_alias, args[0])
             if alias is not None:
                 src = alias[0]()
-                alias = (src, src._version, float(args[0].detach().float().norm())) if src is not None else None
+                alias = (src, src._version, args[0].detach().clone() if args[0].numel() <= 1 << 22 else None) \
+                    if src is not None else None
         if name in ("argmax", "max") and "TL702" in codes and args and isinstance(args[0], torch.Tensor):
             if len(args) == 1 and "dim" not in kwargs and args[0].dim() >= 2 and args[0].shape[0] > 1:
                 sites = self.sites()
@@ -868,22 +869,26 @@ class Probes(TorchFunctionMode):
         return out
 
     def _data_inplace(self, op, alias_t, alias):
-        src, v0, norm0 = alias
+        src, v0, before = alias
         if not src.requires_grad or src._version != v0:
             return
         sites = self.sites()
         if not sites:
             return
-        try:
-            norm1 = float(alias_t.detach().float().norm())
-        except Exception:
-            norm1 = norm0
+        n = None
+        if before is not None:
+            try:
+                with torch.no_grad():
+                    n = int((alias_t.detach() != before).sum())
+            except Exception:
+                n = None
         what = "a parameter" if isinstance(src, nn.Parameter) else "a tensor that requires grad"
-        self.obs("TL302", sites, f"step {self.backwards + 1}: {op}() at line {sites[0][1]} changed {what} of shape "
-                                 f"{list(src.shape)} in place through `.data` (norm {_fmt(norm0)} → {_fmt(norm1)}) "
-                                 f"while autograd's version counter stayed at {v0}: a graph that saved it would "
-                                 f"use the new values without the error `torch.no_grad()` + an in-place op gives",
-                 weak=True)
+        changed = f" ({n} of its {before.numel()} values changed this time)" if n is not None else ""
+        self.obs("TL302", sites, f"step {self.backwards + 1}: {op}() at line {sites[0][1]} wrote into {what} of shape "
+                                 f"{list(src.shape)} in place through `.data`{changed}, and autograd's version counter "
+                                 f"stayed at {v0}: a backward through a graph that saved it uses the new values "
+                                 f"silently (the same write under `torch.no_grad()` bumps the counter, and that "
+                                 f"backward raises instead)", weak=True)
 
     def _log_check(self, name, x, out):
         """TL405: log() of softmax/sigmoid outputs."""
