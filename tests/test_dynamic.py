@@ -528,3 +528,80 @@ def test_missing_modules_and_cuda_are_stood_in_and_said(tmp_path):
     if "torchvision" in missing:
         assert "datasets.MNIST stood in by 256 random [1, 28, 28] images of 10 classes" in d["evidence"]
     assert not (tmp_path / "data").exists()
+
+
+FAKE_VISION = {
+    "torchvision/__init__.py": "from . import datasets, transforms\n",
+    "torchvision/datasets.py": textwrap.dedent('''\
+        import torch
+
+
+        class VisionDataset(torch.utils.data.Dataset):
+            def __init__(self, root, train=True, transform=None, download=False):
+                raise RuntimeError("Dataset not found or corrupted. You can use download=True to download it")
+
+
+        class MNIST(VisionDataset):
+            pass
+        '''),
+    "torchvision/transforms/__init__.py": textwrap.dedent('''\
+        import torch
+
+        from .functional import Picture
+
+
+        class ToTensor:
+            def __call__(self, pic):
+                if not isinstance(pic, Picture):
+                    raise TypeError(f"pic should be PIL Image or ndarray. Got {type(pic)}")
+                return pic.tensor
+        '''),
+    "torchvision/transforms/functional.py": textwrap.dedent('''\
+        class Picture:
+            def __init__(self, tensor):
+                self.tensor = tensor
+
+
+        def to_pil_image(x):
+            return Picture(x)
+        '''),
+}
+
+
+def test_absent_dataset_files_of_a_real_torchvision_are_stood_in(tmp_path, monkeypatch):
+    """torchvision installed, its MNIST files absent: the dataset serves random images of MNIST's
+    shape as PIL images (the program's ToTensor expects them), and the evidence says so."""
+    lib = tmp_path / "lib"
+    for rel, text in FAKE_VISION.items():
+        (lib / rel).parent.mkdir(parents=True, exist_ok=True)
+        (lib / rel).write_text(text)
+    prog = tmp_path / "mnist.py"
+    prog.write_text(textwrap.dedent('''\
+        import torch
+        import torch.nn as nn
+        from torch.utils.data import DataLoader
+        from torchvision import datasets, transforms
+
+
+        def main():
+            data = datasets.MNIST("data", train=True, transform=transforms.ToTensor())
+            loader = DataLoader(data, batch_size=32, shuffle=True)
+            model = nn.Sequential(nn.Flatten(), nn.Linear(784, 10))
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in loader:
+                loss = nn.functional.cross_entropy(model(x), y)
+                loss.backward()
+                optimizer.step()
+
+
+        if __name__ == "__main__":
+            main()
+        '''))
+    monkeypatch.setenv("PYTHONPATH", str(lib))
+    f = _finding(str(prog), "TL103", 15)
+    confirm_findings([f], [], device="cpu", steps=STEPS, timeout=TIMEOUT, way="entry")
+    d = f.dynamic
+    assert d["verdict"] == "confirmed", d
+    assert "datasets.MNIST could not load its files (RuntimeError: Dataset not found" in d["evidence"], d
+    assert "datasets.MNIST stood in by 256 random [1, 28, 28] images of 10 classes" in d["evidence"], d
+    assert "is not installed" not in d["evidence"], d
