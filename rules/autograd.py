@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+import libcst as cst
+
 from torchlint.model import catalog
 from torchlint.model.ir import BACKWARD, GRAD_OFF, STEP, CallOp, all_ops, walk
 from torchlint.model.queries import between_forward_and_backward, is_kind, is_scalar_tensor
@@ -137,6 +139,12 @@ class GatedBlock(nn.Module):
         "checked for parameters iterated from `.parameters()` and `nn.Parameter` attributes; "
         "loops over an EMA / teacher / target model are assumed not to require grad."
     )
+    fix_safety = "unsafe"
+    fix_doc = ("A parameter updated in place is wrapped in `with torch.no_grad():` (the loop over "
+               "`.parameters()`, or the statement; safe: the update runs as written). A saved tensor "
+               "changed in place by a statement of its own is rewritten out of place (`x.mul_(m)` -> "
+               "`x = x.mul(m)`, `x *= m` -> `x = x * m`); unsafe: another name for the same tensor no "
+               "longer sees the change.")
     references = (
         "https://pytorch.org/docs/stable/notes/autograd.html#in-place-operations-with-autograd",
     )
@@ -182,7 +190,69 @@ class GatedBlock(nn.Module):
                 if "param" not in f and _inference_only(mm, fn):
                     continue
                 seen.add(id(r.node))
-                yield Report(r.node, msg, scope=fn.qualname)
+                fix = _no_grad_update(fn, r) if "param" in f and msg.startswith("in-place change of parameter") \
+                    else _out_of_place(r)
+                yield Report(r.node, msg, fix=fix, scope=fn.qualname)
+
+
+# in-place tensor methods whose out-of-place twin is the same name without the underscore
+_OUT_OF_PLACE = frozenset({
+    "masked_fill_", "masked_scatter_", "clamp_", "clamp_min_", "clamp_max_", "clip_", "mul_", "add_",
+    "sub_", "div_", "pow_", "exp_", "log_", "sigmoid_", "tanh_", "relu_", "abs_", "neg_", "sqrt_",
+    "scatter_", "scatter_add_", "index_fill_", "index_add_", "index_copy_", "addcmul_", "addcdiv_",
+})
+
+
+def _out_of_place(r):
+    """Fix (TL301, saved tensors): ``x.mul_(y)`` -> ``x = x.mul(y)``, ``x *= y`` -> ``x = x * y``,
+    for a plain name in a statement of its own."""
+    def make(mm):
+        from torchlint.findings import Edit, Fix, Position
+
+        stmt = r.op.stmt
+        if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1 or not isinstance(r.target, cst.Name):
+            return None
+        small, name = stmt.body[0], r.target.value
+        sl, sc, el, ec = mm.span_of(small)
+        if r.how == "method" and isinstance(small, cst.Expr) and small.value is r.node \
+                and isinstance(r.node.func, cst.Attribute) and isinstance(r.node.func.value, cst.Name) \
+                and r.node.func.value.value == name \
+                and r.node.func.attr.value in _OUT_OF_PLACE:
+            method = r.node.func.attr.value
+            asl, asc, ael, aec = mm.span_of(r.node.func.attr)
+            return Fix(f"Write it out of place: `{name} = {name}.{method[:-1]}(...)`",
+                       (Edit(Position(sl, sc), Position(sl, sc), f"{name} = "),
+                        Edit(Position(asl, asc), Position(ael, aec), method[:-1])), "unsafe")
+        if r.how == "aug" and isinstance(small, cst.AugAssign) and isinstance(small.target, cst.Name) \
+                and small.target.value == name:
+            sym = mm.code_for(small.operator).strip()[:-1]
+            if sym not in ("+", "-", "*", "/", "**", "@"):
+                return None
+            rhs = mm.code_for(small.value).strip()
+            if not isinstance(small.value, (cst.Name, cst.Attribute, cst.Call, cst.Subscript, cst.Integer, cst.Float)):
+                rhs = f"({rhs})"
+            return Fix(f"Write it out of place: `{name} = {name} {sym} ...`",
+                       (Edit(Position(sl, sc), Position(el, ec), f"{name} = {name} {sym} {rhs}"),), "unsafe")
+        return None
+    return make
+
+
+def _no_grad_update(fn, r):
+    """Fix (TL301, leaf parameters): wrap the loop over the parameters (or the statement) in
+    ``with torch.no_grad():``."""
+    def make(mm):
+        from torchlint.fixes import wrap_in_with
+
+        if id(r.op) not in {id(o) for o in all_ops(fn)}:
+            return None
+        loop = r.op.loop
+        while loop is not None and "parameters" not in mm.code_for(loop.iter or loop.node.body):
+            loop = loop.parent
+        target = loop.node if loop is not None else r.op.stmt
+        if not isinstance(target, (cst.For, cst.SimpleStatementLine)):
+            return None
+        return wrap_in_with(mm, target, "torch.no_grad()", "Update the parameters under `torch.no_grad()`", "safe")
+    return make
 
 
 def _in_training_loop(mm, op) -> bool:

@@ -58,6 +58,10 @@ if args.detect_anomaly:  # only while debugging
     known_problems = ("Calls guarded by any condition (a debug flag, an environment variable, a "
                       "command-line option) are trusted, as are calls in functions that neither "
                       "train nor are called by code that trains.")
+    fix_safety = "unsafe"
+    fix_doc = ("Removes the `set_detect_anomaly(True)` statement, or runs the body of "
+               "`with detect_anomaly():` without it. Unsafe: whoever left it on may still be "
+               "hunting a NaN; guard it with a debug flag instead if so.")
     references = ("https://pytorch.org/docs/stable/autograd.html#anomaly-detection",)
     triggers = (b"anomaly",)
 
@@ -83,4 +87,23 @@ if args.detect_anomaly:  # only while debugging
                 name = dotted(op.node.func) or "detect_anomaly"
                 yield Report(op.node, f"`{name}(...)` switches autograd anomaly detection on {where}; "
                              "it slows every step several times over: guard it with a debug flag",
-                             scope=fn.qualname)
+                             fix=_switch_off(fn, op), scope=fn.qualname)
+
+
+def _switch_off(fn, op):
+    """Fix (TL801): delete the ``set_detect_anomaly(True)`` statement, or run the body of
+    ``with detect_anomaly():`` without it."""
+    def make(mm):
+        from torchlint.fixes import delete_statement, simple_statement, unwrap_with
+
+        stmt = op.stmt
+        if isinstance(stmt, cst.With):
+            if len(stmt.items) != 1 or stmt.items[0].item is not op.node:
+                return None
+            return unwrap_with(mm, stmt, "Run the block without anomaly detection", "unsafe")
+        stmt = simple_statement(op)
+        if stmt is None:
+            return None
+        return delete_statement(mm, fn.node, stmt, "Remove the call (anomaly detection is for debugging)",
+                                "unsafe")
+    return make

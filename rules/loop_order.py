@@ -58,6 +58,10 @@ for x, y in loader:
     optimizer.step()
 """
     known_problems = "`optimizer.step(closure)` (LBFGS) runs backward inside the closure and is not flagged."
+    fix_safety = "unsafe"
+    fix_doc = ("Moves the step (and a `scaler.update()` right after it) below the statement that "
+               "runs the backward, when both are in the same block. Unsafe: code between them that "
+               "reads the weights (logging, an EMA update) then sees the old weights.")
     references = ("https://pytorch.org/docs/stable/optim.html#taking-an-optimization-step",)
     triggers = (b".step(",)
 
@@ -76,7 +80,32 @@ for x, y in loader:
                 via = mm.describe_call(later)  # the backward runs in a helper: name it
                 bwd = f"the `backward()` in {via}, called at line" if via else "the `backward()` at line"
                 yield Report(op.node, f"`{_src(op)}` runs before {bwd} {_line(mm, later)} "
-                             f"in {where}, so it applies the previous batch's gradients", scope=fn.qualname)
+                             f"in {where}, so it applies the previous batch's gradients",
+                             fix=_move_step_after(fn, op, later), scope=fn.qualname)
+
+
+def _move_step_after(fn, step, backward):
+    """Fix (TL101): move the step (with the `scaler.update()` right after it) after the
+    statement of the same block that runs the backward."""
+    def make(mm):
+        import re
+
+        from torchlint.fixes import move_after_sibling, simple_statement, statement_block, statement_code
+
+        stmt = simple_statement(step)
+        if stmt is None or id(backward) not in {id(o) for o in all_ops(fn)}:
+            return None
+        stmts = [stmt]
+        if step.recv and step.target and norm_path(step.recv) != norm_path(step.target):
+            block = statement_block(fn.node, stmt) or []
+            i = next((k for k, s in enumerate(block) if s is stmt), None)
+            nxt = block[i + 1] if i is not None and i + 1 < len(block) else None
+            if nxt is not None and re.fullmatch(re.escape(step.recv) + r"\.update\(\)", statement_code(mm, nxt) or ""):
+                stmts.append(nxt)  # scaler.step(opt); scaler.update() move together
+        what = " and ".join(f"`{statement_code(mm, s)}`" for s in stmts)
+        return move_after_sibling(mm, fn.node, stmts, backward.node, f"Move {what} after the backward pass",
+                                  "unsafe")
+    return make
 
 
 def _src(op) -> str:
@@ -390,6 +419,10 @@ for epoch in range(epochs):
         optimizer.step()
     scheduler.step()
 """
+    fix_safety = "unsafe"
+    fix_doc = ("Moves `scheduler.step()` below the statement of the same block that steps the optimizer "
+               "(below the inner batch loop for a scheduler stepped at the start of each epoch). "
+               "Unsafe: code in between that reads the learning rate (logging) then sees the old one.")
     references = ("https://pytorch.org/docs/stable/optim.html#how-to-adjust-learning-rate",)
     triggers = (b".step(",)
 
@@ -420,5 +453,23 @@ for epoch in range(epochs):
                 if later is not None and id(node) not in reported:
                     reported.add(id(node))
                     step_txt = f"`{_src(later)}`" if later.kind == STEP else f"the optimizer step in `{later.func}()`"
+                    fix = _move_scheduler_after(fn, op, later) if node is op.node else None
                     yield Report(node, f"{what} runs before {step_txt} (line {_line(mm, later)}) in this "
-                                 "iteration; step the scheduler after the optimizer", scope=fn.qualname)
+                                 "iteration; step the scheduler after the optimizer", fix=fix, scope=fn.qualname)
+
+
+def _move_scheduler_after(fn, sched, step):
+    """Fix (TL105): move the scheduler step after the statement of its block that steps the
+    optimizer (an inner batch loop included: an epoch scheduler then steps after the epoch)."""
+    def make(mm):
+        import libcst as cst
+
+        from torchlint.fixes import move_after_sibling, simple_statement, statement_code
+
+        stmt = simple_statement(sched)
+        if stmt is None or id(step) not in {id(o) for o in all_ops(fn)}:
+            return None
+        return move_after_sibling(mm, fn.node, [stmt], step.node,
+                                  f"Move `{statement_code(mm, stmt)}` after the optimizer step", "unsafe",
+                                  kinds=(cst.SimpleStatementLine, cst.With, cst.For, cst.While, cst.If, cst.Try))
+    return make

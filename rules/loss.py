@@ -266,6 +266,9 @@ for x, y in loader:
     known_problems = ("Soft targets (one-hot, mixup, label smoothing) are float on purpose and not "
                       "reported; a float cast is reported when it is applied to labels taken from a "
                       "data loader or to integer class indices.")
+    fix_safety = "unsafe"
+    fix_doc = ("Replaces a `.float()` (`.double()`, `.half()`) cast written on the target argument by "
+               "`.long()`. Unsafe: if the targets really were probabilities, they are truncated.")
     references = ("https://pytorch.org/docs/stable/generated/torch.nn.CrossEntropyLoss.html",)
     triggers = (b"float", b"double", b"half", b"dtype")
 
@@ -278,7 +281,23 @@ for x, y in loader:
                 continue
             yield Report(op.node, f"{_loss_name(op, kind)} receives class-index targets cast to float; "
                          "class indices must be `long` (float targets mean class probabilities)",
-                         scope=fn.qualname)
+                         fix=_long_targets(arg.value), scope=fn.qualname)
+
+
+_FLOAT_CASTS = ("float", "double", "half", "bfloat16")
+
+
+def _long_targets(value):
+    """Fix (TL404): ``y.float()`` written as the target becomes ``y.long()``."""
+    def make(mm):
+        from torchlint.fixes import replace_node
+
+        if not (isinstance(value, cst.Call) and not value.args and isinstance(value.func, cst.Attribute)
+                and value.func.attr.value in _FLOAT_CASTS):
+            return None
+        return replace_node(mm, value.func.attr, "long",
+                            f"Pass the class indices as `long`: `.{value.func.attr.value}()` -> `.long()`", "unsafe")
+    return make
 
 
 # ------------------------------------------------------------------ TL405

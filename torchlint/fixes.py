@@ -294,6 +294,82 @@ def move_statement(mm, stmt, anchor, message: str, applicability: str, after: bo
     return Fix(message, (delete_statement_edit(mm, stmt), _insert_line(mm, line, ind, code)), applicability)
 
 
+def statement_block(root, stmt) -> Optional[list]:
+    """The statement list (a block's ``body``) under ``root`` that holds ``stmt`` itself."""
+    stack = [root]
+    while stack:
+        n = stack.pop()
+        body = getattr(n, "body", None)
+        if isinstance(body, (list, tuple)) and any(s is stmt for s in body):
+            return list(body)
+        if isinstance(n, (cst.SimpleStatementLine, cst.BaseExpression)):
+            continue  # no blocks inside
+        stack.extend(n.children)
+    return None
+
+
+def move_after_sibling(mm, root, stmts, holds, message: str, applicability: str,
+                       kinds=(cst.SimpleStatementLine, cst.With)) -> Optional[Fix]:
+    """Move the one-line statements ``stmts`` (consecutive, in one block of ``root``) after the
+    later statement of the same block that holds the node ``holds``; only when that statement
+    is one of ``kinds`` (a loop or a branch around ``holds`` would change how often the moved
+    code runs)."""
+    block = statement_block(root, stmts[0])
+    if block is None:
+        return None
+    i = next(k for k, s in enumerate(block) if s is stmts[0])
+    if [id(s) for s in block[i:i + len(stmts)]] != [id(s) for s in stmts]:
+        return None
+    anchor = next((s for s in block[i + len(stmts):] if _holds(mm, s, holds)), None)
+    if anchor is None or not isinstance(anchor, kinds):
+        return None
+    codes = [statement_code(mm, s) for s in stmts]
+    if any(c is None for c in codes):
+        return None
+    ind = _indent_of(mm, mm.span_of(stmts[0])[0])
+    el = mm.span_of(anchor)[2]
+    eol = _eol(mm)
+    edits = [delete_statement_edit(mm, s) for s in stmts]
+    edits.append(_insert_line(mm, el + 1, ind, eol.join(ind + c if k else c for k, c in enumerate(codes))))
+    return Fix(message, tuple(edits), applicability)
+
+
+def delete_statement(mm, root, stmt, message: str, applicability: str) -> Optional[Fix]:
+    """Remove a one-line statement; ``pass`` takes its place when it is alone in its block."""
+    block = statement_block(root, stmt)
+    if block is None or statement_code(mm, stmt) is None:
+        return None
+    if len(block) == 1:
+        sl, sc, el, ec = mm.span_of(stmt)
+        return Fix(message, (Edit(Position(sl, sc), Position(el, len(_line_text(mm, el).rstrip("\r\n"))), "pass"),),
+                   applicability)
+    return Fix(message, (delete_statement_edit(mm, stmt),), applicability)
+
+
+def unwrap_with(mm, with_node, message: str, applicability: str) -> Optional[Fix]:
+    """Replace a one-item ``with`` statement by its body, dedented one level."""
+    if not isinstance(with_node, cst.With) or len(with_node.items) != 1 \
+            or not isinstance(with_node.body, cst.IndentedBlock) or not with_node.body.body:
+        return None
+    sl, _, el, _ = mm.span_of(with_node)
+    ind = _indent_of(mm, sl)
+    first = mm.span_of(with_node.body.body[0])[0]
+    inner = _indent_of(mm, first)
+    if not inner.startswith(ind) or len(inner) <= len(ind) or first <= sl:
+        return None
+    unit = inner[len(ind):]
+    skip = _string_interior_lines(mm)
+    out = []
+    for ln in range(sl + 1, el + 1):
+        text = _line_text(mm, ln)
+        if ln not in skip and text.startswith(ind + unit):
+            text = ind + text[len(ind) + len(unit):]
+        out.append(text)
+    if out and not out[-1].endswith(("\n", "\r")):
+        out[-1] += _eol(mm)
+    return Fix(message, (Edit(Position(sl, 0), Position(el + 1, 0), "".join(out)),), applicability)
+
+
 # ------------------------------------------------------------------ applying
 def _offset_table(text: str):
     starts = [0]
