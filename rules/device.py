@@ -299,3 +299,85 @@ def _fix_602(node, first):
         return add_keyword(mm, node, f"device={first}.device",
                            f"Create it on the inputs' device: `device={first}.device`", "unsafe")
     return make
+
+
+@register
+class TensorAttributeNotBuffer(Rule):
+    code = "TL603"
+    default = False
+    preview_reason = "new: its precision on the real-world benchmark is not measured yet"
+    name = "tensor-attribute-not-buffer"
+    summary = "A module keeps a tensor as a plain attribute and uses it in `forward`: `model.to(device)` leaves it behind."
+    why = (
+        "`model.to(device)`, `model.cuda()` and `model.half()` move a module's parameters and "
+        "registered buffers, nothing else. A tensor stored as `self.mean = torch.tensor([...])` "
+        "in `__init__` stays on the CPU in float32: `forward` fails once the model runs on a "
+        "GPU (or, with a 0-dim tensor, silently mixes devices), and `state_dict()` leaves it "
+        "out, so a checkpoint does not carry it. `register_buffer` makes the module own it."
+    )
+    example = """\
+class Normalize(nn.Module):
+    def __init__(self, mean, std):
+        super().__init__()
+        self.mean = torch.tensor(mean).view(1, -1, 1, 1)
+        self.std = torch.tensor(std).view(1, -1, 1, 1)
+
+    def forward(self, images):
+        return (images - self.mean) / self.std
+"""
+    use_instead = """\
+class Normalize(nn.Module):
+    def __init__(self, mean, std):
+        super().__init__()
+        self.register_buffer("mean", torch.tensor(mean).view(1, -1, 1, 1))
+        self.register_buffer("std", torch.tensor(std).view(1, -1, 1, 1))
+
+    def forward(self, images):
+        return (images - self.mean) / self.std
+"""
+    known_problems = (
+        "Only tensors made by a factory (`torch.zeros`, `torch.tensor([...])`, `torch.arange`...) "
+        "in `__init__` and combined with the inputs in `forward` itself are followed; a bare "
+        "`torch.tensor(value)` (often a 0-dim tensor, which mixes with CUDA tensors) is not "
+        "reported, nor a tensor moved in `forward` (`self.mask.to(x.device)`) or a class that "
+        "overrides `_apply`/`to`."
+    )
+    fix_safety = "safe"
+    fix_doc = ("Rewrites `self.x = <tensor>` (after `super().__init__()`) as "
+               "`self.register_buffer(\"x\", <tensor>, persistent=False)`: the module moves and casts "
+               "it with its parameters, and `state_dict()` stays as it was.")
+    references = ("https://pytorch.org/docs/stable/generated/torch.nn.Module.html#torch.nn.Module.register_buffer",)
+    triggers = (b"forward",)
+
+    def check(self, mm):
+        res = resources.get(mm)
+        for cls in mm.classes.values():
+            fwd = cls.methods.get("forward")
+            if fwd is None or not mm.class_is_module(cls):
+                continue
+            for path, assign, use in res.forward_cpu_attributes(fwd):
+                where = f"line {mm.line_of(use.node)}" if use is not None else "`forward`"
+                yield Report(assign.node, f"`{path}` is a plain tensor attribute, not a buffer: `forward` "
+                             f"combines it with its inputs ({where}) but `model.to(device)` leaves it on "
+                             "the CPU and `state_dict()` omits it; use `self.register_buffer`",
+                             fix=_fix_603(cls, path, assign), scope=cls.methods["__init__"].qualname)
+
+
+def _fix_603(cls, path, assign):
+    def make(mm):
+        from torchlint.fixes import replace_node
+
+        init = cls.methods["__init__"]
+        stmt = assign.stmt
+        if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1 \
+                or not isinstance(stmt.body[0], cst.Assign) or len(stmt.body[0].targets) != 1:
+            return None
+        supers = [o for o in all_ops(init) if isinstance(o, CallOp) and o.attr == "__init__"
+                  and o.loop is None and not o.guards]
+        if not any(mm.span_of(o.node)[:2] < mm.span_of(stmt)[:2] for o in supers):
+            return None  # register_buffer needs Module.__init__ to have run
+        name = path.split(".", 1)[1]
+        value = mm.code_for(stmt.body[0].value).strip()
+        return replace_node(mm, stmt.body[0], f'self.register_buffer("{name}", {value}, persistent=False)',
+                            f"Register `{path}` as a buffer", "safe")
+    return make

@@ -36,6 +36,7 @@ CODES = {
     "TL502": "output-stored-with-graph",
     "TL601": "tensor-not-moved-to-device",
     "TL602": "tensor-created-without-device",
+    "TL603": "tensor-attribute-not-buffer",
     "TL701": "train-loader-without-shuffle",
     "TL702": "argmax-without-dim",
     "TL703": "batchnorm-eps-positional",
@@ -43,4 +44,4 @@ CODES = {
 }
 
 # rules off by default (preview): selected only by their full code
-PREVIEW = frozenset({"TL104", "TL107", "TL201", "TL202", "TL206", "TL303", "TL405"})
+PREVIEW = frozenset({"TL104", "TL107", "TL201", "TL202", "TL206", "TL303", "TL405", "TL603"})

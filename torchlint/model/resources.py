@@ -1109,7 +1109,23 @@ class Resources:
     def forward_cpu_tensors(self, fn) -> list:
         """In ``forward``: [(factory CallOp node, first tensor input name or None)] for tensors
         created without ``device=`` that meet an input-derived tensor."""
-        return _ForwardDevice(self, fn).run()
+        return self._forward_device(fn).run()
+
+    def forward_cpu_attributes(self, fn) -> list:
+        """In ``forward``: [(``self.X`` path, the assignment in ``__init__``, the forward op
+        that combines it with an input-derived tensor)] for module attributes holding a tensor
+        made by a factory without ``device=``, neither a parameter nor a registered buffer
+        (``model.to(device)`` does not move them)."""
+        fd = self._forward_device(fn)
+        fd.run()
+        return fd.attr_hits
+
+    def _forward_device(self, fn) -> "_ForwardDevice":
+        cache = self.__dict__.setdefault("_fwd_device", {})
+        fd = cache.get(id(fn))
+        if fd is None:
+            fd = cache[id(fn)] = _ForwardDevice(self, fn)
+        return fd
 
     # ------------------------------------------------------------ argmax
     def flat_argmax_compares(self, fn) -> list:
@@ -1243,6 +1259,8 @@ _SAFE_WITH_CPU_ARG = {"to", "type_as", "new_tensor", "new_zeros", "new_ones", "n
                       "expand_as", "view_as", "reshape_as", "__getitem__", "index_put_", "flip", "roll",
                       "transpose", "unflatten", "tile"}
 _FACTORIES = catalog.TENSOR_FACTORIES
+_RESHAPES = {"view", "reshape", "unsqueeze", "float", "double", "half", "long", "expand", "t", "repeat",
+             "clone", "contiguous", "permute", "transpose", "flip", "sqrt", "log", "exp"}
 
 
 class _ForwardDevice:
@@ -1287,12 +1305,49 @@ class _ForwardDevice:
                         s = _string_value(o.args[0].value)
                         if s:
                             self.self_tensors.add("self." + s)
+        # plain tensor attributes of the module (TL603): what they meet is recorded apart
+        self.cpu_attrs: dict = {}
+        self.attr_ids: dict = {}
+        self.attr_hits: list = []
+        self.cur = None
+        self._ran = None
+        if cls is not None and fn.name == "forward":
+            self._cpu_attributes(cls)
+
+    def _cpu_attributes(self, cls) -> None:
+        """``self.X = torch.zeros(...)`` (a factory, perhaps reshaped) in ``__init__``, assigned
+        nowhere else, in a class that does not move its own tensors (an ``_apply``/``to``
+        override)."""
+        init = cls.methods.get("__init__")
+        if init is None or any(m in cls.methods for m in ("_apply", "to", "cuda")):
+            return
+        for path, ops in cls.attr_values.items():
+            if path in self.self_tensors or path.count(".") != 1 or len(ops) != 1:
+                continue
+            o = ops[0]
+            if id(o) not in {id(x) for x in all_ops(init)} or len(o.targets) != 1 or o.aug is not None:
+                continue
+            v = o.value
+            while isinstance(v, cst.Call) and isinstance(v.func, cst.Attribute) \
+                    and v.func.attr.value in _RESHAPES and not self.mm.qualify(dotted(v.func)):
+                v = v.func.value
+            if not isinstance(v, cst.Call):
+                continue
+            q = self.mm.qualify(dotted(v.func))
+            if q not in _FACTORIES or any(a.keyword is not None and a.keyword.value == "device" for a in v.args):
+                continue
+            if q == "torch.tensor" and (not v.args or v is o.value and not isinstance(
+                    v.args[0].value, (cst.List, cst.Tuple, cst.ListComp))):
+                continue  # torch.tensor(value): often a 0-dim tensor, which mixes with CUDA ones
+            self.cpu_attrs[path] = o
 
     def run(self) -> list:
-        self.rebound = set()
-        self._block(self.fn.body)
-        first = self._device_source()
-        return [(node, first) for node in self.hits.values()]
+        if self._ran is None:
+            self.rebound = set()
+            self._block(self.fn.body)
+            first = self._device_source()
+            self._ran = [(node, first) for k, node in self.hits.items() if k not in self.attr_ids]
+        return self._ran
 
     def _device_source(self) -> Optional[str]:
         """The input of ``forward`` whose ``.device`` a fix may read: a tensor by evidence (a
@@ -1314,6 +1369,7 @@ class _ForwardDevice:
 
     def _block(self, block) -> None:
         for op in block:
+            self.cur = op
             if isinstance(op, AssignOp):
                 if op.value is None:
                     continue
@@ -1363,6 +1419,8 @@ class _ForwardDevice:
         """Combine two values; a CPU-created tensor meeting an input tensor is a hit."""
         for x, y in ((a, b), (b, a)):
             if isinstance(x, cst.Call) and y == "in":
+                if id(x) in self.attr_ids and id(x) not in self.hits:
+                    self.attr_hits.append((self.attr_ids[id(x)], self.cpu_attrs[self.attr_ids[id(x)]], self.cur))
                 self.hits.setdefault(id(x), x)
                 return "in"
         if a == "in" or b == "in":
@@ -1381,6 +1439,10 @@ class _ForwardDevice:
                 return self.env[d]
             if d in self.self_tensors:
                 return "in"
+            if d in self.cpu_attrs:
+                node = self.cpu_attrs[d].value
+                self.attr_ids[id(node)] = d
+                return node
             if tp is cst.Attribute:
                 if e.attr.value in _SHAPE_ATTRS:
                     self.ev(e.value)
