@@ -8,7 +8,9 @@ import libcst as cst
 from torchlint.model import catalog
 from torchlint.model.binder import dotted
 from torchlint.model.ir import STEP, AssignOp, CallOp, LoopOp, all_ops
-from torchlint.model.queries import is_kind, iteration
+from torchlint.model.queries import (
+    exclusive, is_kind, iteration, module_replacement, optimizer_constructions, reads_name,
+)
 from torchlint.rule import Report, Rule
 
 from . import register
@@ -165,3 +167,84 @@ def _deepcopy_fix(value):
                            "unsafe")
         return None
     return make
+
+
+@register
+class OptimizerMissesParameters(Rule):
+    code = "TL205"
+    default = False
+    preview_reason = "new: its precision on the real-world benchmark is not measured yet"
+    name = "optimizer-misses-parameters"
+    summary = "A submodule is replaced (or the model rebuilt) after the optimizer took the model's parameters: the new weights are never trained."
+    why = (
+        "`torch.optim.SGD(model.parameters())` keeps the parameter tensors that exist when it is "
+        "built. Replacing a layer afterwards (`model.fc = nn.Linear(512, 10)`, "
+        "`model.classifier[-1] = ...`) or building a new model under the same name creates new "
+        "tensors the optimizer has never seen: they keep their random initial values while the "
+        "rest trains (and the old head, still in the optimizer, gets no gradients). Training runs "
+        "and the loss may even go down a little, which is why the classic fine-tuning mistake of "
+        "building the optimizer first goes unnoticed."
+    )
+    example = """\
+model = torchvision.models.resnet18(weights="IMAGENET1K_V1")
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+model.fc = nn.Linear(model.fc.in_features, num_classes)
+for x, y in loader:
+    optimizer.zero_grad()
+    F.cross_entropy(model(x), y).backward()
+    optimizer.step()
+"""
+    use_instead = """\
+model = torchvision.models.resnet18(weights="IMAGENET1K_V1")
+model.fc = nn.Linear(model.fc.in_features, num_classes)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+for x, y in loader:
+    optimizer.zero_grad()
+    F.cross_entropy(model(x), y).backward()
+    optimizer.step()
+"""
+    known_problems = (
+        "Followed inside one function: an optimizer built in one function and a module replaced "
+        "in another are not compared. Replacements by modules without parameters (`nn.Identity()`, "
+        "`nn.Dropout()`) and wrappers (`nn.DataParallel(model)`) are not reported; an optimizer "
+        "built again or given `add_param_group` after the replacement is fine."
+    )
+    triggers = (b"parameters(",)
+
+    def check(self, mm):
+        for fn in mm.all_functions:
+            builds = optimizer_constructions(mm, fn)
+            if not builds:
+                continue
+            ops = all_ops(fn)
+            index = {id(o): i for i, o in enumerate(ops)}
+            for i, op in enumerate(ops):
+                rep = module_replacement(mm, fn, op)
+                if rep is None:
+                    continue
+                path, rebuilt = rep
+                for build, opt, owners in builds:
+                    b = index.get(id(build))
+                    if b is None or b >= i or exclusive(build, op):
+                        continue
+                    if not any(path == o or path.startswith(o + ".") for o in owners):
+                        continue
+                    later = ops[i + 1:]
+                    if any(isinstance(o, AssignOp) and any(dotted(t) == opt for t in o.targets) for o in later):
+                        continue  # the optimizer is built again
+                    if any(isinstance(o, CallOp) and o.recv == opt and o.attr == "add_param_group" for o in later):
+                        continue
+                    use = next((o for o in later if not isinstance(o, LoopOp) and reads_name(o, opt)), None)
+                    if use is None and opt.startswith("self.") and fn.cls is not None:
+                        # an optimizer kept on the object: used by the other methods (a trainer)
+                        use = next((o for m in fn.cls.methods.values() if m is not fn for o in all_ops(m)
+                                    if not isinstance(o, LoopOp) and reads_name(o, opt)), None)
+                    if use is None:
+                        continue
+                    what = f"`{path}` is rebuilt" if rebuilt else \
+                        f"`{mm.code_for(op.targets[0]).strip()}` is replaced by a new module"
+                    yield Report(op.node, f"{what} after `{opt}` took the parameters of "
+                                 f"`{sorted(owners)[0]}` (line {mm.line_of(build.node)}): the new parameters "
+                                 f"are not in `{opt}` (used at line {mm.line_of(use.node)}), so they never "
+                                 "train; build the optimizer after the change", scope=fn.qualname)
+                    break

@@ -23,6 +23,7 @@ CODES = {
     "TL202": "train-after-eval",
     "TL203": "eval-without-no-grad",
     "TL204": "backward-under-no-grad",
+    "TL205": "optimizer-misses-parameters",
     "TL206": "state-dict-snapshot-alias",
     "TL301": "inplace-on-saved-tensor",
     "TL302": "data-attribute",
@@ -44,4 +45,4 @@ CODES = {
 }
 
 # rules off by default (preview): selected only by their full code
-PREVIEW = frozenset({"TL104", "TL107", "TL201", "TL202", "TL206", "TL303", "TL405", "TL603"})
+PREVIEW = frozenset({"TL104", "TL107", "TL201", "TL202", "TL205", "TL206", "TL303", "TL405", "TL603"})

@@ -6,6 +6,7 @@ included, with calls of functions in the tree standing for their summaries and a
 """
 from __future__ import annotations
 
+import re
 from typing import Iterator, Optional
 
 import libcst as cst
@@ -525,3 +526,67 @@ def between_forward_and_backward(mm, fn, op) -> bool:
             return bool(before and after) and before[-1] == FORWARD and after[0] == BACKWARD
         lp = lp.parent
     return False
+
+
+# ------------------------------------------------------------------ optimizers and the modules they hold
+_PARAMETRIC = re.compile(r"Linear|Conv|Embedding|LSTM|GRU|RNN|Norm|Sequential|MultiheadAttention|"
+                         r"Transformer|Bilinear|PReLU|ModuleList|ModuleDict")
+_WRAPPERS = ("DataParallel", "DistributedDataParallel", "FullyShardedDataParallel")
+
+
+def optimizer_constructions(mm, fn) -> list:
+    """[(assignment, optimizer path, paths of the modules whose ``.parameters()`` it takes)] for
+    ``opt = torch.optim.X(model.parameters(), ...)`` (param groups and filters included) in ``fn``."""
+    out = []
+    for op in all_ops(fn):
+        if not isinstance(op, AssignOp) or op.aug is not None or len(op.targets) != 1 \
+                or not isinstance(op.value, cst.Call) or not dotted(op.targets[0]):
+            continue
+        q = mm.qualify(dotted(op.value.func))
+        if not q or catalog.role_of_constructor(q)[0] != catalog.OPTIMIZER:
+            continue
+        owners = set()
+        for a in op.value.args:
+            for n in names_in(a.value):
+                if n.endswith((".parameters", ".named_parameters")):
+                    owners.add(n.rsplit(".", 1)[0])
+        if owners:
+            out.append((op, dotted(op.targets[0]), owners))
+    return out
+
+
+def module_replacement(mm, fn, op) -> Optional[tuple]:
+    """(the assigned path, ``True`` for a whole model rebuilt) when ``op`` puts a new module with
+    parameters in a model (``model.fc = nn.Linear(...)``, ``model.classifier[-1] = ...``) or
+    rebuilds one (``model = Net()``; not a wrapper such as ``nn.DataParallel(model)``)."""
+    if not isinstance(op, AssignOp) or op.aug is not None or len(op.targets) != 1 \
+            or not isinstance(op.value, cst.Call):
+        return None
+    t = op.targets[0]
+    path = dotted(t.value) if isinstance(t, cst.Subscript) else dotted(t)
+    if not path:
+        return None
+    q = mm.qualify(dotted(op.value.func)) or ""
+    last = q.rsplit(".", 1)[-1]
+    if q.startswith("torch.nn.") and catalog.role_of_constructor(q)[0] == catalog.MODEL:
+        if not _PARAMETRIC.search(last) or last in _WRAPPERS:
+            return None
+    elif q.startswith("torchvision.models.") or q == "timm.create_model":
+        pass
+    else:
+        cls = mm.find_class(dotted(op.value.func) or "")
+        if cls is None or not mm.class_is_module(cls):
+            return None
+    if isinstance(t, (cst.Name,)) and path in names_in(op.value):
+        return None  # wraps the same model
+    return path, isinstance(t, cst.Name)
+
+
+def reads_name(op, path: str) -> bool:
+    """``op`` (a call, an assignment's value, a return) reads ``path``."""
+    if isinstance(op, CallOp):
+        return path in names_in(op.node)
+    if isinstance(op, (AssignOp,)) and op.value is not None:
+        return path in names_in(op.value)
+    value = getattr(op, "value", None)
+    return value is not None and path in names_in(value)
