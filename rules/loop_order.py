@@ -1,9 +1,13 @@
 """Loop order: the optimizer must step after backward, on gradients nobody cleared in between."""
 from __future__ import annotations
 
+import libcst as cst
+
 from torchlint.model import catalog
 from torchlint.model.flow import norm_path
-from torchlint.model.ir import BACKWARD, CALL, CLEAR, SCHED_STEP, STEP, CallOp, LoopOp, all_ops
+from torchlint.model.ir import (
+    AUTOGRAD_GRAD, BACKWARD, CALL, CLEAR, FORWARD, LOSS, SCHED_STEP, STEP, AssignOp, CallOp, LoopOp, all_ops,
+)
 from torchlint.model.queries import (
     analysable_functions, clear_covers, clears, first_direct, grads_handed_off, guards_inside,
     is_accumulation_test, is_kind, iteration, leaves_iteration, local_function, manual_update,
@@ -473,3 +477,77 @@ def _move_scheduler_after(fn, sched, step):
                                   f"Move `{statement_code(mm, stmt)}` after the optimizer step", "unsafe",
                                   kinds=(cst.SimpleStatementLine, cst.With, cst.For, cst.While, cst.If, cst.Try))
     return make
+
+
+@register
+class StepWithoutBackward(Rule):
+    code = "TL108"
+    default = False
+    preview_reason = "new: its precision on the real-world benchmark is not measured yet"
+    name = "step-without-backward"
+    summary = "A training loop clears the gradients and steps the optimizer, but no `backward()` runs in it."
+    why = (
+        "Without a backward pass there are no gradients: after `zero_grad()` they are zeros (or "
+        "`None`, the default since PyTorch 2.0), so `optimizer.step()` leaves the weights as they "
+        "are, or only applies weight decay and stale momentum. The loss is computed and logged "
+        "every step, so the script looks like it trains. The usual causes are a `loss.backward` "
+        "written without its parentheses, or a backward lost in a refactoring."
+    )
+    example = """\
+for x, y in loader:
+    optimizer.zero_grad()
+    loss = criterion(model(x), y)
+    loss.backward
+    optimizer.step()
+"""
+    use_instead = """\
+for x, y in loader:
+    optimizer.zero_grad()
+    loss = criterion(model(x), y)
+    loss.backward()
+    optimizer.step()
+"""
+    known_problems = (
+        "Backward passes in any spelling are recognised: `loss.backward()`, `torch.autograd.backward`, "
+        "`torch.autograd.grad`, `accelerator.backward`, `self.manual_backward`, "
+        "`scaler.scale(loss).backward()`, a backward inside the `opt.step(closure)` closure or in a "
+        "helper of the linted tree. A loop that calls a function of the tree whose effects are "
+        "unknown, or that writes `.grad` by hand, is not reported."
+    )
+    triggers = (b".step(",)
+
+    def check(self, mm):
+        reported = set()
+        for fn, op in _steps(mm, in_loops_only=False):
+            block = op.loop.body if op.loop is not None else fn.body
+            if id(op) in reported or (op.loop is None and not fn.params):
+                continue
+            seq = iteration(mm, fn, block)
+            if not any(isinstance(o, CallOp) and o.kind == CLEAR for o in seq):
+                continue
+            if not any(isinstance(o, CallOp) and o.kind in (LOSS, FORWARD) for o in seq):
+                continue
+            if any(_may_compute_gradients(mm, o) for o in seq):
+                continue
+            reported.add(id(op))
+            where = "this loop" if op.loop is not None else f"`{fn.name}()`"
+            yield Report(op.node, f"`{_src(op)}` applies gradients, but no `backward()` runs in {where} "
+                         "(the gradients were just cleared), so the weights never learn from the loss",
+                         scope=fn.qualname)
+
+
+def _may_compute_gradients(mm, o) -> bool:
+    """``o`` computes or writes gradients (in any spelling), or calls code of the tree whose
+    effects are unknown."""
+    if isinstance(o, AssignOp):
+        return any(isinstance(t, cst.Attribute) and t.attr.value == "grad" for t in o.targets)
+    if not isinstance(o, CallOp):
+        return False
+    if is_kind(mm, o, BACKWARD) or is_kind(mm, o, AUTOGRAD_GRAD):
+        return True
+    if o.kind == CALL and not mm.summary_of(o.info):
+        return True
+    names = f"{o.func or ''} {o.qual or ''}"
+    if "backward" in names or "autograd" in names or "grad" == (o.attr or "") or "scale_loss" in names:
+        return True
+    return bool(o.recv and o.recv.endswith((".grad", ".grad.data")) and o.attr not in ("zero_",))
