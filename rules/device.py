@@ -381,3 +381,89 @@ def _fix_603(cls, path, assign):
         return replace_node(mm, stmt.body[0], f'self.register_buffer("{name}", {value}, persistent=False)',
                             f"Register `{path}` as a buffer", "safe")
     return make
+
+
+_WEIGHTED_LOSSES = {
+    "torch.nn.CrossEntropyLoss": ("weight", 0), "torch.nn.NLLLoss": ("weight", 0),
+    "torch.nn.BCELoss": ("weight", 0), "torch.nn.BCEWithLogitsLoss": ("pos_weight", None),
+    "torch.nn.MultiLabelSoftMarginLoss": ("weight", 0), "torch.nn.MultiMarginLoss": ("weight", 2),
+}
+
+
+@register
+class LossWeightOnWrongDevice(Rule):
+    code = "TL604"
+    default = False
+    preview_reason = "new: its precision on the real-world benchmark is not measured yet"
+    name = "loss-weight-on-wrong-device"
+    summary = "A loss is built with a CPU `weight`/`pos_weight` tensor and used with a model moved to a GPU."
+    why = (
+        "Class weights are a registered buffer of the loss module: they move only with "
+        "`criterion.to(device)`. A weight tensor made on the CPU (`torch.tensor([...])`, "
+        "`torch.FloatTensor(class_weights)`) given to `nn.CrossEntropyLoss` while the model and "
+        "the batches go to the GPU makes the first training step fail with a device mismatch - "
+        "after data loading, model download and warm-up, and only on the GPU machine; on a CPU "
+        "test run everything passes."
+    )
+    example = """\
+device = torch.device("cuda")
+model = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 3)).to(device)
+class_weights = torch.tensor([1.0, 5.0, 10.0])
+criterion = nn.CrossEntropyLoss(weight=class_weights)
+"""
+    use_instead = """\
+device = torch.device("cuda")
+model = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 3)).to(device)
+class_weights = torch.tensor([1.0, 5.0, 10.0], device=device)
+criterion = nn.CrossEntropyLoss(weight=class_weights)
+"""
+    known_problems = (
+        "The weight and the moved model are followed inside one function (the model's move may be "
+        "in a caller). A loss module moved anywhere in the module (`criterion.to(device)`, "
+        "`.cuda()`), weights created with `device=` or moved, and 0-dim `pos_weight` tensors "
+        "(which mix with CUDA tensors) are not reported."
+    )
+    fix_safety = "safe"
+    fix_doc = "Moves the loss module where the model goes: appends `.to(<the model's device>)` (or `.cuda()`) to its construction."
+    references = ("https://pytorch.org/docs/stable/generated/torch.nn.CrossEntropyLoss.html",)
+    triggers = (b"weight",)
+
+    def check(self, mm):
+        res = resources.get(mm)
+        for fn in analysable_functions(mm):
+            for op in all_ops(fn):
+                if not (isinstance(op, CallOp) and op.qual in _WEIGHTED_LOSSES):
+                    continue
+                kw, pos = _WEIGHTED_LOSSES[op.qual]
+                arg = op.arg(pos, kw)
+                if arg is None or not res.cpu_tensor_value(fn, arg.value):
+                    continue
+                assign = op.stmt.body[0] if isinstance(op.stmt, cst.SimpleStatementLine) else None
+                if not (isinstance(assign, cst.Assign) and assign.value is op.node and len(assign.targets) == 1):
+                    continue  # built and moved (or passed on) in one expression
+                crit = mm.code_for(assign.targets[0].target).strip()
+                if res.moved_anywhere(crit):
+                    continue
+                moved = res.moved_models(fn)
+                if not moved:
+                    continue
+                model, mv = moved[0]
+                yield Report(op.node, f"`{crit}` gets a `{kw}` tensor made on the CPU, but `{model}` is moved "
+                             f"to an accelerator (line {mm.line_of(mv.node)}) and `{crit}` never is: the loss "
+                             "fails with a device mismatch at the first GPU step; move the loss module "
+                             "(or create the weight with `device=`)", fix=_fix_604(fn, op, mv), scope=fn.qualname)
+
+
+def _fix_604(fn, op, mv):
+    def make(mm):
+        from torchlint.fixes import replace_node
+
+        if mv.cuda or mv.device is None:
+            suffix = ".cuda()"
+        elif isinstance(mv.device, (cst.Name, cst.Attribute)) and mv.fn is fn:
+            suffix = f".to({mm.code_for(mv.device).strip()})"
+        else:
+            return None
+        code = mm.code_for(op.node).strip()
+        return replace_node(mm, op.node, code + suffix, f"Move the loss module: `{suffix[1:]}`", "safe")
+    return make

@@ -39,6 +39,7 @@ CODES = {
     "TL601": "tensor-not-moved-to-device",
     "TL602": "tensor-created-without-device",
     "TL603": "tensor-attribute-not-buffer",
+    "TL604": "loss-weight-on-wrong-device",
     "TL701": "train-loader-without-shuffle",
     "TL702": "argmax-without-dim",
     "TL703": "batchnorm-eps-positional",
@@ -46,4 +47,4 @@ CODES = {
 }
 
 # rules off by default (preview): selected only by their full code
-PREVIEW = frozenset({"TL104", "TL107", "TL108", "TL201", "TL202", "TL205", "TL206", "TL303", "TL405", "TL603"})
+PREVIEW = frozenset({"TL104", "TL107", "TL108", "TL201", "TL202", "TL205", "TL206", "TL303", "TL405", "TL603", "TL604"})

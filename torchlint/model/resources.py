@@ -1127,6 +1127,62 @@ class Resources:
             fd = cache[id(fn)] = _ForwardDevice(self, fn)
         return fd
 
+    # ------------------------------------------------------------ loss weights
+    def cpu_tensor_value(self, fn, expr, depth: int = 0, seen=()) -> bool:
+        """``expr`` is a tensor with more than one element made on the CPU: a factory without
+        ``device=`` (``torch.tensor([...])``, ``torch.FloatTensor(w)``, ``torch.from_numpy``),
+        perhaps cast, reshaped or normalised (``w / w.sum()``), or a name only ever bound to
+        one; never moved."""
+        if expr is None or depth > 3:
+            return False
+        if isinstance(expr, (cst.Name, cst.Attribute)):
+            d = dotted(expr)
+            if d in seen:
+                return True  # ``w = w / w.sum()``: its other definitions decide
+            defs = self.definitions(fn, d) if d else []
+            return bool(defs) and all(v is not None and idx is None and
+                                      self.cpu_tensor_value(owner, v, depth + 1, seen + (d,))
+                                      for owner, _op, v, idx in defs)
+        if isinstance(expr, cst.BinaryOperation):
+            if any(isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value in ("to", "cuda")
+                   for n in subnodes(expr)):
+                return False
+            return self.cpu_tensor_value(fn, expr.left, depth, seen) or \
+                self.cpu_tensor_value(fn, expr.right, depth, seen)
+        if not isinstance(expr, cst.Call):
+            return False
+        if isinstance(expr.func, cst.Attribute) and expr.func.attr.value in _RESHAPES \
+                and not self.mm.qualify(dotted(expr.func)):
+            return self.cpu_tensor_value(fn, expr.func.value, depth, seen)
+        q = self.mm.qualify(dotted(expr.func))
+        if q not in _FACTORIES and q not in _CPU_TENSOR_MAKERS:
+            return False
+        if any(a.keyword is not None and a.keyword.value == "device" for a in expr.args):
+            return False
+        if q in ("torch.tensor", "torch.as_tensor") and expr.args and isinstance(
+                expr.args[0].value, (cst.Integer, cst.Float, cst.UnaryOperation)):
+            return False  # a 0-dim tensor mixes with CUDA tensors
+        return True
+
+    def moved_anywhere(self, path: str) -> bool:
+        """``path`` is moved by ``.to(...)``/``.cuda()`` somewhere in the module (in place or
+        rebinding itself)."""
+        for f in self.mm.all_functions:
+            for o in all_ops(f):
+                if isinstance(o, CallOp) and o.attr in ("to", "cuda") and o.recv == path:
+                    return True
+        return False
+
+    def moved_models(self, fn) -> list:
+        """[(model path, Move)] for the models of ``fn`` moved to an accelerator."""
+        out = []
+        for path, role in sorted(self.mm.resolver.local_roles(fn).items()):
+            if isinstance(role, tuple) and role and role[0] == catalog.MODEL:
+                mv = self.model_move(fn, path)
+                if mv is not None:
+                    out.append((path, mv))
+        return out
+
     # ------------------------------------------------------------ argmax
     def flat_argmax_compares(self, fn) -> list:
         """``argmax()``/``max()`` calls without ``dim`` on batched model outputs whose result
@@ -1259,6 +1315,8 @@ _SAFE_WITH_CPU_ARG = {"to", "type_as", "new_tensor", "new_zeros", "new_ones", "n
                       "expand_as", "view_as", "reshape_as", "__getitem__", "index_put_", "flip", "roll",
                       "transpose", "unflatten", "tile"}
 _FACTORIES = catalog.TENSOR_FACTORIES
+_CPU_TENSOR_MAKERS = {"torch.FloatTensor", "torch.Tensor", "torch.DoubleTensor", "torch.from_numpy",
+                      "torch.as_tensor", "torch.HalfTensor"}
 _RESHAPES = {"view", "reshape", "unsqueeze", "float", "double", "half", "long", "expand", "t", "repeat",
              "clone", "contiguous", "permute", "transpose", "flip", "sqrt", "log", "exp"}
 
