@@ -4,12 +4,13 @@ from __future__ import annotations
 import libcst as cst
 
 from torchlint.model import catalog
+from torchlint.model.binder import dotted
 from torchlint.model.flow import norm_path
 from torchlint.model.ir import (
     AUTOGRAD_GRAD, BACKWARD, CALL, CLEAR, FORWARD, LOSS, SCHED_STEP, STEP, AssignOp, CallOp, LoopOp, all_ops,
 )
 from torchlint.model.queries import (
-    analysable_functions, clear_covers, clears, first_direct, grads_handed_off, guards_inside,
+    analysable_functions, clear_covers, clears, exclusive, first_direct, grads_handed_off, guards_inside,
     is_accumulation_test, is_kind, iteration, leaves_iteration, local_function, manual_update,
     optimizer_owners_text, optimizer_paths, optimizer_wrapper_call, passes_as_argument,
 )
@@ -551,3 +552,131 @@ def _may_compute_gradients(mm, o) -> bool:
     if "backward" in names or "autograd" in names or "grad" == (o.attr or "") or "scale_loss" in names:
         return True
     return bool(o.recv and o.recv.endswith((".grad", ".grad.data")) and o.attr not in ("zero_",))
+
+
+_CUTS = ("detach", "item", "numpy", "tolist", "sample", "argmax", "argmin", "long", "int", "bool")
+
+
+def _live_names(expr) -> set:
+    """Root names an expression reads, except under ``.detach()``/``.item()``/``.data``."""
+    out, stack = set(), [expr]
+    while stack:
+        e = stack.pop()
+        if isinstance(e, cst.Call) and isinstance(e.func, cst.Attribute) and e.func.attr.value in _CUTS:
+            continue
+        if isinstance(e, cst.Attribute) and e.attr.value == "data" or isinstance(e, cst.Comparison):
+            continue  # no gradient flows through .data or a comparison
+        if isinstance(e, cst.Name):
+            out.add(e.value)
+            continue
+        stack.extend(e.children)
+    return out
+
+
+def _graph_deps(seq, upto: int, name: str) -> set:
+    """The assignments (by id) with a forward pass that the value of ``name`` at ``seq[upto]``
+    was computed from, through live (not detached) names."""
+    forwards = {id(o.stmt) for o in seq if isinstance(o, CallOp) and o.kind == FORWARD and o.stmt is not None}
+    out, todo, seen = set(), [(name.split(".")[0], upto)], set()
+    while todo:
+        n, at = todo.pop()
+        if (n, at) in seen:
+            continue
+        seen.add((n, at))
+        j = next((j for j in range(at - 1, -1, -1) if isinstance(seq[j], AssignOp) and seq[j].value is not None
+                  and any(n in _live_names(t) or (dotted(t) or "").split(".")[0] == n for t in seq[j].targets)), None)
+        if j is None:
+            continue
+        if id(seq[j].stmt) in forwards:
+            out.add(id(seq[j]))
+        todo.extend((m, j) for m in _live_names(seq[j].value))
+    return out
+
+
+def _retains_graph(op) -> bool:
+    a = op.keyword("retain_graph")
+    return a is not None and isinstance(a.value, cst.Name) and a.value.value == "True"
+
+
+@register
+class StepBetweenRetainedBackwards(Rule):
+    code = "TL109"
+    default = False
+    preview_reason = "new: its precision on the real-world benchmark is not measured yet"
+    name = "step-between-retained-backwards"
+    summary = "`optimizer.step()` changes the weights between two backward passes through one retained graph."
+    why = (
+        "`backward(retain_graph=True)` keeps the graph so that a second loss built from the same "
+        "forward pass can be backpropagated later. If an optimizer steps in between, the weights "
+        "that graph saved for its backward have been changed in place: PyTorch raises `one of the "
+        "variables needed for gradient computation has been modified by an inplace operation` at "
+        "the second backward (older versions silently computed gradients with the new weights and "
+        "the old activations). The classic case is a GAN that computes the discriminator and "
+        "generator losses from one `D(fake)`, steps D, then backpropagates the generator loss."
+    )
+    example = """\
+for real, _ in loader:
+    fake = generator(torch.randn(real.size(0), z_dim))
+    d_fake = discriminator(fake)
+    d_loss = bce(discriminator(real), ones) + bce(d_fake, zeros)
+    g_loss = bce(d_fake, ones)
+    opt_d.zero_grad()
+    d_loss.backward(retain_graph=True)
+    opt_d.step()
+    opt_g.zero_grad()
+    g_loss.backward()
+    opt_g.step()
+"""
+    use_instead = """\
+for real, _ in loader:
+    fake = generator(torch.randn(real.size(0), z_dim))
+    d_loss = bce(discriminator(real), ones) + bce(discriminator(fake.detach()), zeros)
+    opt_d.zero_grad()
+    d_loss.backward()
+    opt_d.step()
+    g_loss = bce(discriminator(fake), ones)
+    opt_g.zero_grad()
+    g_loss.backward()
+    opt_g.step()
+"""
+    known_problems = (
+        "The second loss must be a name computed before the step (a fresh forward pass after the "
+        "step builds a new graph and is fine); whether both losses really share the stepped "
+        "weights is not checked: the `retain_graph=True` of the first backward is taken as the "
+        "sign that they do."
+    )
+    triggers = (b"retain_graph",)
+
+    def check(self, mm):
+        reported = set()
+        for fn in _functions(mm):
+            blocks = [fn.body] + [o.body for o in all_ops(fn) if isinstance(o, LoopOp)]
+            for block in blocks:
+                seq = iteration(mm, fn, block)
+                for i, b1 in enumerate(seq):
+                    if not (isinstance(b1, CallOp) and b1.kind == BACKWARD and _retains_graph(b1)):
+                        continue
+                    step = next((o for o in seq[i + 1:] if isinstance(o, CallOp) and o.kind == STEP
+                                 and not exclusive(o, b1)), None)
+                    if step is None:
+                        continue
+                    k = seq.index(step)
+                    for b2 in seq[k + 1:]:
+                        if not (isinstance(b2, CallOp) and b2.kind == BACKWARD and b2.recv) or exclusive(b2, step) \
+                                or id(b2) in reported:
+                            continue
+                        loss = norm_path(b2.recv)
+                        assigned = [j for j, o in enumerate(seq[:seq.index(b2)])
+                                    if isinstance(o, AssignOp) and any(norm_path(dotted(t) or "") == loss
+                                                                       for t in o.targets)]
+                        if not assigned or assigned[-1] > k:
+                            continue  # built again after the step: a fresh graph
+                        if b1.recv is None or not (_graph_deps(seq, seq.index(b2), loss) &
+                                                   _graph_deps(seq, i, norm_path(b1.recv))):
+                            continue  # no forward pass in common (detached inputs, separate networks)
+                        reported.add(id(b2))
+                        yield Report(b2.node, f"`{b2.recv}.backward()` goes through a graph built before "
+                                     f"`{_src(step)}` (line {_line(mm, step)}) changed the weights, kept by "
+                                     f"`retain_graph=True` at line {_line(mm, b1)}: backward fails (weights "
+                                     "modified in place) or mixes old activations with new weights; compute "
+                                     f"`{b2.recv}` after the step", scope=fn.qualname)

@@ -20,6 +20,7 @@ CODES = {
     "TL106": "clip-before-unscale",
     "TL107": "step-bypasses-scaler",
     "TL108": "step-without-backward",
+    "TL109": "step-between-retained-backwards",
     "TL201": "eval-without-eval-mode",
     "TL202": "train-after-eval",
     "TL203": "eval-without-no-grad",
@@ -47,4 +48,4 @@ CODES = {
 }
 
 # rules off by default (preview): selected only by their full code
-PREVIEW = frozenset({"TL104", "TL107", "TL108", "TL201", "TL202", "TL205", "TL206", "TL303", "TL405", "TL603", "TL604"})
+PREVIEW = frozenset({"TL104", "TL107", "TL108", "TL109", "TL201", "TL202", "TL205", "TL206", "TL303", "TL405", "TL603", "TL604"})
