@@ -8,7 +8,7 @@ import libcst as cst
 
 from torchlint.model import catalog
 from torchlint.model.ir import BACKWARD, GRAD_OFF, STEP, CallOp, all_ops, walk
-from torchlint.model.queries import between_forward_and_backward, is_kind, is_scalar_tensor
+from torchlint.model.queries import between_forward_and_backward, gradient_cuts, is_kind, is_scalar_tensor
 from torchlint.rule import Report, Rule
 
 from . import register
@@ -475,3 +475,65 @@ def _call_fix(op):
         return replace_node(mm, op.node.func, mm.code_for(op.recv_node),
                             "Call the module instead of its `forward`", "unsafe")
     return make
+
+
+@register
+class GradientCutInForward(Rule):
+    code = "TL304"
+    default = False
+    preview_reason = "new: its precision on the real-world benchmark is not measured yet"
+    name = "gradient-cut-in-forward"
+    summary = "`forward` detaches (or turns into numbers) a value on the way to its output: the layers before it never learn."
+    why = (
+        "`.detach()`, `.item()`, `.numpy()`, `.tolist()`, `.data` and rebuilding a tensor with "
+        "`torch.tensor(...)` all leave the autograd graph. Done inside `forward` on a value the "
+        "output is computed from, they silently stop the gradient: every layer before the cut "
+        "keeps its initial weights while the layers after it train, the loss still goes down a "
+        "little, and nothing fails. It usually comes from code written for logging or NumPy "
+        "post-processing moved into the model."
+    )
+    example = """\
+class Classifier(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.encoder = nn.Sequential(nn.Linear(128, 64), nn.ReLU())
+        self.head = nn.Linear(64, 10)
+
+    def forward(self, x):
+        features = self.encoder(x).detach()
+        return self.head(features)
+"""
+    use_instead = """\
+class Classifier(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.encoder = nn.Sequential(nn.Linear(128, 64), nn.ReLU())
+        self.head = nn.Linear(64, 10)
+
+    def forward(self, x):
+        features = self.encoder(x)
+        return self.head(features)
+"""
+    known_problems = (
+        "Stop-gradients on purpose stay quiet: under `torch.no_grad()` (EMA and target networks), "
+        "under a condition (a `freeze` option), inside a larger expression (the straight-through "
+        "estimator `x + (q - x).detach()`), or on a value only returned beside the output. A frozen "
+        "backbone detached unconditionally in `forward` is reported: say so with a "
+        "`# noqa: TL304` or freeze it with `requires_grad_(False)`."
+    )
+    triggers = (b"forward",)
+
+    def check(self, mm):
+        for cls in mm.classes.values():
+            fwd = cls.methods.get("forward")
+            if fwd is None or not mm.class_is_module(cls) or _autograd_function(mm, fwd):
+                continue
+            for inner, assign, src, ret in gradient_cuts(mm, fwd):
+                if _EMA_WORDS.search(src):
+                    continue  # a target / teacher / EMA network: updated without gradients on purpose
+                cut = mm.code_for(assign.value).strip()
+                if len(cut) > 50:
+                    cut = cut[:47] + "..."
+                yield Report(assign.value, f"`{cut}` cuts the autograd graph inside `forward`, and the output "
+                             f"(line {mm.line_of(ret.node)}) is computed from it: `{src}` and every layer "
+                             "before it get no gradient", scope=fwd.qualname)

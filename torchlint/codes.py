@@ -30,6 +30,7 @@ CODES = {
     "TL301": "inplace-on-saved-tensor",
     "TL302": "data-attribute",
     "TL303": "forward-called-directly",
+    "TL304": "gradient-cut-in-forward",
     "TL401": "softmax-before-cross-entropy",
     "TL402": "sigmoid-before-bce-with-logits",
     "TL403": "nll-loss-without-log-softmax",
@@ -48,4 +49,4 @@ CODES = {
 }
 
 # rules off by default (preview): selected only by their full code
-PREVIEW = frozenset({"TL104", "TL107", "TL108", "TL109", "TL201", "TL202", "TL205", "TL206", "TL303", "TL405", "TL603", "TL604"})
+PREVIEW = frozenset({"TL104", "TL107", "TL108", "TL109", "TL201", "TL202", "TL205", "TL206", "TL303", "TL304", "TL405", "TL603", "TL604"})

@@ -15,8 +15,8 @@ from . import catalog
 from .binder import dotted
 from .flow import norm_path
 from .ir import (
-    AUTOGRAD_GRAD, BACKWARD, CALL, CLEAR, FORWARD, LOSS, SCHED_STEP, STEP, AssignOp, CallOp, LoopOp, all_ops,
-    walk,
+    AUTOGRAD_GRAD, BACKWARD, CALL, CLEAR, FORWARD, GRAD_OFF, LOSS, SCHED_STEP, STEP, AssignOp, CallOp, LoopOp,
+    ReturnOp, all_ops, walk,
 )
 
 
@@ -590,3 +590,112 @@ def reads_name(op, path: str) -> bool:
         return path in names_in(op.value)
     value = getattr(op, "value", None)
     return value is not None and path in names_in(value)
+
+
+# ------------------------------------------------------------------ gradient cuts in forward
+_CUT_METHODS = ("detach", "item", "numpy", "tolist")
+_PASS_METHODS = ("float", "double", "half", "view", "reshape", "squeeze", "unsqueeze", "flatten", "clone",
+                 "contiguous", "to", "cpu", "cuda", "permute", "transpose", "mean", "sum")
+_REBUILD = ("torch.tensor", "torch.as_tensor", "torch.from_numpy", "torch.Tensor", "torch.FloatTensor")
+
+
+def _cut_of(mm, value):
+    """The expression whose gradient ``value`` cuts (``h.detach()``, ``s.item()``, ``h.data``,
+    ``torch.tensor(h)``), looking through casts and reshapes around it; else ``None``."""
+    e = value
+    while True:
+        if isinstance(e, cst.BinaryOperation):  # ``s.item() + 0.5``: a number with a constant
+            if isinstance(e.right, (cst.Integer, cst.Float)):
+                e = e.left
+                continue
+            if isinstance(e.left, (cst.Integer, cst.Float)):
+                e = e.right
+                continue
+            return None
+        if isinstance(e, cst.Call) and isinstance(e.func, cst.Attribute):
+            m = e.func.attr.value
+            if m in _CUT_METHODS:
+                return e.func.value
+            if m in _PASS_METHODS and not mm.qualify(dotted(e.func)):
+                e = e.func.value
+                continue
+        if isinstance(e, cst.Attribute) and e.attr.value == "data":
+            return e.value
+        if isinstance(e, cst.Call) and mm.qualify(dotted(e.func)) in _REBUILD and e.args \
+                and not isinstance(e.args[0].value, (cst.List, cst.Tuple, cst.Integer, cst.Float)):
+            return e.args[0].value
+        return None
+
+
+def _trained_inside(cls, expr, trained: set) -> Optional[str]:
+    """The submodule (``self.encoder``) or trained name whose output ``expr`` holds, if any."""
+    stack = [expr]
+    while stack:
+        e = stack.pop()
+        if isinstance(e, cst.Call):
+            f = e.func
+            while isinstance(f, cst.Subscript):
+                f = f.value
+            d = dotted(f) if isinstance(f, (cst.Name, cst.Attribute)) else None
+            if d and d.startswith("self.") and d.count(".") == 1 and d[5:] not in cls.methods:
+                return d
+        if isinstance(e, cst.Name) and e.value in trained:
+            return trained[e.value]
+        stack.extend(e.children)
+    return None
+
+
+def gradient_cuts(mm, fn) -> list:
+    """In a module's ``forward``: [(cut expression, its assignment, the submodule before the
+    cut, the return that uses it)] where a value computed by a submodule is detached (or turned
+    into a Python number / rebuilt as a new tensor) unconditionally, with gradients on, and then
+    used to compute the output (not just returned beside it)."""
+    cls = fn.cls
+    if cls is None or fn.name != "forward" or fn.decorator_grad == GRAD_OFF:
+        return []
+    ops = [o for o in all_ops(fn) if isinstance(o, (AssignOp, ReturnOp))]
+    trained: dict = {}  # name -> the submodule its value comes from
+    out = []
+    for i, op in enumerate(ops):
+        if not isinstance(op, AssignOp) or op.value is None or len(op.targets) != 1 \
+                or not isinstance(op.targets[0], cst.Name):
+            continue
+        name = op.targets[0].value
+        inner = _cut_of(mm, op.value)
+        if inner is None or op.grad == GRAD_OFF or op.guards:
+            src = _trained_inside(cls, op.value, trained)
+            if src is not None and op.grad != GRAD_OFF:
+                trained[name] = src
+            else:
+                trained.pop(name, None)
+            continue
+        src = _trained_inside(cls, inner, trained)
+        trained.pop(name, None)
+        if src is None:
+            continue
+        live = {name}
+        for later in ops[i + 1:]:
+            if isinstance(later, AssignOp) and later.value is not None:
+                bound = {n.value for t in later.targets for n in _target_names(t)}
+                if names_in(later.value) & live:
+                    live |= bound
+                else:
+                    live -= bound
+            elif isinstance(later, ReturnOp) and later.value is not None:
+                v = later.value
+                parts = [el.value for el in v.elements] if isinstance(v, cst.Tuple) else [v]
+                if any(not (isinstance(p, cst.Name) and p.value in live) and names_in(p) & live for p in parts):
+                    out.append((inner, op, src, later))
+                    break
+    return out
+
+
+def _target_names(t) -> list:
+    """The plain names an assignment target binds (tuple unpacking included)."""
+    if isinstance(t, cst.Name):
+        return [t]
+    if isinstance(t, (cst.Tuple, cst.List)):
+        return [n for el in t.elements for n in _target_names(el.value)]
+    if isinstance(t, cst.StarredElement):
+        return _target_names(t.value)
+    return []
