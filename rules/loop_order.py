@@ -515,6 +515,9 @@ for x, y in loader:
         "helper of the linted tree. A loop that calls a function of the tree whose effects are "
         "unknown, or that writes `.grad` by hand, is not reported."
     )
+    fix_safety = "unsafe"
+    fix_doc = ("Inserts `loss.backward()` after the last statement of the step's block that computes the "
+               "loss. Unsafe: the loss it picks may not be the one meant to be optimized.")
     triggers = (b".step(",)
 
     def check(self, mm):
@@ -534,7 +537,28 @@ for x, y in loader:
             where = "this loop" if op.loop is not None else f"`{fn.name}()`"
             yield Report(op.node, f"`{_src(op)}` applies gradients, but no `backward()` runs in {where} "
                          "(the gradients were just cleared), so the weights never learn from the loss",
-                         scope=fn.qualname)
+                         fix=_insert_backward(fn, op), scope=fn.qualname)
+
+
+def _insert_backward(fn, step):
+    """Fix (TL108): ``loss.backward()`` right after the last statement of the step's block that
+    computes the loss."""
+    def make(mm):
+        from torchlint.fixes import insert_after_stmt
+
+        own = all_ops(fn)
+        i = next((k for k, o in enumerate(own) if o is step), None)
+        if i is None:
+            return None
+        for o in reversed(own[:i]):
+            if isinstance(o, AssignOp) and o.loop is step.loop and o.guards == step.guards \
+                    and len(o.targets) == 1 and isinstance(o.targets[0], cst.Name) \
+                    and ("loss" in o.value_facts or "loss" in o.targets[0].value.lower()):
+                name = o.targets[0].value
+                return insert_after_stmt(mm, o, f"{name}.backward()",
+                                         f"Insert `{name}.backward()` after the loss is computed", "unsafe")
+        return None
+    return make
 
 
 def _may_compute_gradients(mm, o) -> bool:
