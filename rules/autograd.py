@@ -481,7 +481,9 @@ def _call_fix(op):
 class GradientCutInForward(Rule):
     code = "TL304"
     default = False
-    preview_reason = "new: its precision on the real-world benchmark is not measured yet"
+    preview_reason = (
+        "no finding on the real-world benchmark (45 repositories: 33 tuned, 12 held-out; the new rules "
+        "run alone at 01068f9), so its precision on real code is not measured; preview until it is")
     name = "gradient-cut-in-forward"
     summary = "`forward` detaches (or turns into numbers) a value on the way to its output: the layers before it never learn."
     why = (

@@ -173,7 +173,9 @@ def _deepcopy_fix(value):
 class OptimizerMissesParameters(Rule):
     code = "TL205"
     default = False
-    preview_reason = "new: its precision on the real-world benchmark is not measured yet"
+    preview_reason = (
+        "no finding on the real-world benchmark (45 repositories: 33 tuned, 12 held-out; the new rules "
+        "run alone at 01068f9), so its precision on real code is not measured; preview until it is")
     name = "optimizer-misses-parameters"
     summary = "A submodule is replaced (or the model rebuilt) after the optimizer took the model's parameters: the new weights are never trained."
     why = (
