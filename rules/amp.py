@@ -10,6 +10,7 @@ from torchlint.model import catalog
 from torchlint.model.binder import dotted
 from torchlint.model.dataflow import constructor_call
 from torchlint.model.ir import BACKWARD, STEP, CallOp, all_ops
+from torchlint.model.paths import path_in_order
 from torchlint.model.queries import analysable_functions, exclusive, iteration
 from torchlint.rule import Report, Rule
 
@@ -40,7 +41,8 @@ def _scaler_of_backward(mm, fn, op: CallOp) -> Optional[str]:
 
 
 def scaled_iterations(mm) -> Iterator[tuple]:
-    """(function, the ops of one iteration, index of a scaled backward in it, scaler path)."""
+    """(function, the ops of one iteration, index of a scaled backward in it, scaler path, the
+    block of that iteration for path queries)."""
     for fn in analysable_functions(mm):
         blocks = {}
         for op in all_ops(fn):
@@ -50,10 +52,11 @@ def scaled_iterations(mm) -> Iterator[tuple]:
                     loop = _stepping_loop(mm, fn, op)
                     blocks.setdefault(id(loop), (loop, []))[1].append((op, scaler))
         for loop, found in blocks.values():
-            seq = iteration(mm, fn, loop.body if loop is not None else fn.body)
+            block = loop.body if loop is not None else fn.body
+            seq = iteration(mm, fn, block)
             for op, scaler in found:
                 if op in seq:
-                    yield fn, seq, seq.index(op), scaler
+                    yield fn, seq, seq.index(op), scaler, block
 
 
 def _stepping_loop(mm, fn, op):
@@ -67,6 +70,11 @@ def _stepping_loop(mm, fn, op):
             return loop
         loop = loop.parent
     return None
+
+
+def _on_a_path(mm, fn, block, *ops) -> bool:
+    """One path through ``block`` runs ``ops`` in this order."""
+    return path_in_order(mm, fn, block, tuple((lambda o, x=x: o is x) for x in ops))
 
 
 def _is_scaler_call(op, scaler: str, attr: str) -> bool:
@@ -116,8 +124,8 @@ for images, labels in loader:
 
     def check(self, mm):
         seen = set()
-        for fn, seq, i, scaler in scaled_iterations(mm):
-            bwd = seq[i]
+        for fn, seq, i, scaler, block in scaled_iterations(mm):
+            bwd = scaled = seq[i]
             via_scaler = [o for o in seq if isinstance(o, CallOp) and o.kind == STEP and o.recv == scaler
                           and not exclusive(o, bwd)]
             for op in seq[i + 1:]:
@@ -127,10 +135,12 @@ for images, labels in loader:
                     continue
                 if mm.resolver.of_path(fn, op.recv)[0] != catalog.OPTIMIZER:
                     continue
+                if not _on_a_path(mm, fn, block, scaled, op):
+                    continue  # ``if scaler: scaler.step(opt) else: opt.step()``, tested twice
                 seen.add(id(op))
                 bwd = next(o for o in reversed(seq[i:seq.index(op)]) if isinstance(o, CallOp)
                            and _scaler_of_backward(mm, fn, o) == scaler and not exclusive(o, op))
-                again = [o for o in via_scaler if o.target == op.recv]
+                again = [o for o in via_scaler if o.target == op.recv and _on_a_path(mm, fn, block, scaled, o, op)]
                 if again:
                     msg = (f"`{op.recv}.step()` steps again after `{scaler}.step({op.recv})` at line "
                            f"{mm.line_of(again[0].node)}: the optimizer takes two steps per batch")
@@ -186,7 +196,7 @@ scaler.update()
 
     def check(self, mm):
         seen = set()
-        for fn, seq, i, scaler in scaled_iterations(mm):
+        for fn, seq, i, scaler, block in scaled_iterations(mm):
             bwd = seq[i]
             for j in range(i + 1, len(seq)):
                 op = seq[j]
@@ -197,7 +207,7 @@ scaler.update()
                     continue
                 # the step these gradients feed: through the scaler, or (TL107) directly
                 steps = [o for o in seq[j + 1:] if isinstance(o, CallOp) and o.kind == STEP
-                         and o.closure is None and not exclusive(o, op)]
+                         and o.closure is None and not exclusive(o, op) and _on_a_path(mm, fn, block, bwd, op, o)]
                 if not steps:
                     continue
                 seen.add(id(op))

@@ -9,10 +9,12 @@ from torchlint.model.flow import norm_path
 from torchlint.model.ir import (
     AUTOGRAD_GRAD, BACKWARD, CALL, CLEAR, FORWARD, LOSS, SCHED_STEP, STEP, AssignOp, CallOp, LoopOp, all_ops,
 )
+from torchlint.model.paths import path_in_order
 from torchlint.model.queries import (
     analysable_functions, clear_covers, clears, exclusive, first_direct, grads_handed_off, guards_inside,
     is_accumulation_test, is_kind, iteration, leaves_iteration, local_function, manual_update,
     optimizer_owners_text, optimizer_paths, optimizer_wrapper_call, passes_as_argument,
+    carried_clears, clears_on_some_paths, implicit_loop, unguarded_in, unit_body,
 )
 from torchlint.rule import Report, Rule
 
@@ -20,15 +22,24 @@ from . import register
 
 
 def _functions(mm):
-    """Training and evaluation code: not nn.Module internals (test code is left out by the
-    engine, for every rule exempt in tests)."""
-    return analysable_functions(mm)
+    """Training and evaluation code: not nn.Module internals, but framework hooks that are one
+    iteration of a training loop (test code is left out by the engine, for every rule exempt
+    in tests)."""
+    seen = set()
+    for fn in analysable_functions(mm):
+        seen.add(id(fn))
+        yield fn
+    for fn in mm.all_functions:
+        if id(fn) not in seen and implicit_loop(mm, fn):
+            yield fn
 
 
 def _steps(mm, in_loops_only=True):
+    """(function, step) for the steps in a loop, or in a hook the framework calls per batch."""
     for fn in _functions(mm):
+        hook = implicit_loop(mm, fn)
         for op in all_ops(fn):
-            if isinstance(op, CallOp) and op.kind == STEP and (op.loop is not None or not in_loops_only):
+            if isinstance(op, CallOp) and op.kind == STEP and (op.loop is not None or hook or not in_loops_only):
                 yield fn, op
 
 
@@ -75,11 +86,15 @@ for x, y in loader:
         for fn, op in _steps(mm, in_loops_only=False):
             if op.closure is not None:
                 continue
-            seq = iteration(mm, fn, op.loop.body if op.loop is not None else fn.body)
+            block = unit_body(fn, op.loop)
+            seq = iteration(mm, fn, block)
             i = seq.index(op)
             if any(is_kind(mm, o, BACKWARD) for o in seq[:i]):
                 continue
-            later = next((o for o in seq[i + 1:] if is_kind(mm, o, BACKWARD)), None)
+            # the first backward after the step on a path through the iteration (not one in an
+            # arm the step's own arm excludes)
+            later = next((o for o in seq[i + 1:] if is_kind(mm, o, BACKWARD)
+                          and path_in_order(mm, fn, block, (lambda x: x is op, lambda x, o=o: x is o))), None)
             if later is not None:
                 where = "this iteration" if op.loop is not None else f"`{fn.name}()`"
                 via = mm.describe_call(later)  # the backward runs in a helper: name it
@@ -168,7 +183,7 @@ for i, (x, y) in enumerate(loader):
         reported = set()
         for fn, op in _steps(mm):
             loop = op.loop
-            seq = iteration(mm, fn, loop.body)
+            seq = iteration(mm, fn, unit_body(fn, loop))
             i = seq.index(op)
             n_opts = len({o.target for o in seq if isinstance(o, CallOp) and o.kind == STEP})
             last_bwd = max((j for j in range(i) if is_kind(mm, seq[j], BACKWARD)), default=None)
@@ -187,23 +202,31 @@ for i, (x, y) in enumerate(loader):
             acc = next((br for br, _ in step_guards if is_accumulation_test(br.test)), None)
             if acc is None:
                 continue
-            bwds = [o for o in seq if is_kind(mm, o, BACKWARD) and o.loop is loop and not guards_inside(o, loop)]
-            if not bwds:
-                continue
             arm = next(a for br, a in step_guards if br is acc)
             if any(is_kind(mm, o, BACKWARD) and (acc, arm) in o.guards for o in seq[:i]):
                 continue  # backward and step both under the condition: every n-th iteration
                 # trains this optimizer (n_critic GAN updates), nothing is meant to accumulate
+            # a clear in every iteration that, on some path, throws away the gradients earlier
+            # iterations left for this step (backwards on every path of the iteration count)
+            carried = carried_clears(mm, fn, loop, op, lambda c: clear_covers(mm, fn, c, op, True, n_opts))
             for c in seq:
-                if clears(mm, c) and getattr(c, "loop", None) is loop and not guards_inside(c, loop) \
-                        and clear_covers(mm, fn, c, op, True, n_opts) and id(c) not in reported:
+                if id(c) in carried and unguarded_in(c, loop) and id(c) not in reported:
                     reported.add(id(c))
                     via = mm.describe_call(c)  # the clear runs in a helper: name it
-                    yield Report(c.node, (f"{via} clears gradients every iteration but " if via else
-                                          "gradients are cleared every iteration but ") +
+                    every = "every iteration" if loop is not None else f"in every call of `{fn.name}()` (once per batch)"
+                    yield Report(c.node, (f"{via} clears gradients {every} but " if via else
+                                          f"gradients are cleared {every} but ") +
                                  f"`{_src(op)}` runs only under the accumulation condition at line "
                                  f"{mm.line_of(acc.node)}, so gradients never accumulate; clear them after "
                                  "the step instead", fix=_move_clear(fn, c, op, after=True), scope=fn.qualname)
+
+
+def _where(mm, guard) -> str:
+    br, arm = guard
+    if br.test is None:
+        return " (in an `except` handler)"
+    test = mm.code_for(br.test).strip()
+    return f" (under `if {test}:`)" if arm == 0 else f" (in the `else` of `if {test}:`)"
 
 
 def _first_backward(mm, seq, i):
@@ -266,7 +289,7 @@ for x, y in loader:
     def check(self, mm):
         for fn, op in _steps(mm):
             loop = op.loop
-            seq = iteration(mm, fn, loop.body)
+            seq = iteration(mm, fn, unit_body(fn, loop))
             bwds = [o for o in seq if is_kind(mm, o, BACKWARD)]
             if not bwds:
                 continue
@@ -275,7 +298,16 @@ for x, y in loader:
             stepped = frozenset(norm_path(o.target) for o in seq
                                 if isinstance(o, CallOp) and o.kind == STEP and o.target)
             all_clears = [o for o in seq if clears(mm, o)]
-            if any(clear_covers(mm, fn, o, op, False, stepped=stepped) for o in all_clears):
+            covering = [o for o in all_clears if clear_covers(mm, fn, o, op, False, stepped=stepped)]
+            if covering:
+                if clears_on_some_paths(mm, fn, loop, op, covering):
+                    c = covering[0]
+                    br = guards_inside(c, loop)
+                    where = _where(mm, br[-1]) if br else ""
+                    yield Report(op.node, f"`{_src(op)}` runs in {_in_loop(fn, op)} that clears its gradients only on some "
+                                 f"paths: the clearing at line {_line(mm, c)}{where} is skipped on a path that "
+                                 "runs `backward()` and this step, so there they accumulate across iterations",
+                                 scope=fn.qualname)
                 continue
             if all_clears:
                 c = all_clears[0]
@@ -283,16 +315,23 @@ for x, y in loader:
                 owners = optimizer_owners_text(mm, fn, op)
                 detail = (f"{what} at line {_line(mm, c)} does not clear the gradients "
                           f"`{op.target}` applies" + (f" (it updates {owners})" if owners else ""))
-                yield Report(op.node, f"`{_src(op)}` runs in a loop that never clears its gradients: "
+                yield Report(op.node, f"`{_src(op)}` runs in {_in_loop(fn, op)} that never clears its gradients: "
                              f"{detail}, so they accumulate across iterations",
                              fix=_insert_zero_grad(op), scope=fn.qualname)
                 continue
-            yield Report(op.node, f"`{_src(op)}` runs in a loop that never clears gradients, so "
+            yield Report(op.node, f"`{_src(op)}` runs in {_in_loop(fn, op)} that never clears gradients, so "
                          "they accumulate across iterations", fix=_insert_zero_grad(op), scope=fn.qualname)
+
+
+def _in_loop(fn, op) -> str:
+    """Where the step runs: "a loop", or the hook a framework calls once per batch."""
+    return "a loop" if op.loop is not None else f"`{fn.name}()`, called once per batch,"
 
 
 def _insert_zero_grad(op):
     def make(mm):
+        if op.loop is None:
+            return None  # a framework hook: where the clearing belongs is the author's call
         from torchlint.fixes import insert_after_stmt, insert_first_in_loop, simple_statement
 
         target = op.target or "optimizer"
@@ -450,11 +489,13 @@ for epoch in range(epochs):
                         what = f"the scheduler step in `{op.func}()`"
                 else:
                     continue
-                seq = iteration(mm, fn, op.loop.body)
+                block = op.loop.body
+                seq = iteration(mm, fn, block)
                 i = seq.index(op)
                 if any(is_kind(mm, o, STEP) for o in seq[:i]):
                     continue
-                later = next((o for o in seq[i + 1:] if is_kind(mm, o, STEP)), None)
+                later = next((o for o in seq[i + 1:] if is_kind(mm, o, STEP)
+                              and path_in_order(mm, fn, block, (lambda x: x is op, lambda x, o=o: x is o))), None)
                 if later is not None and id(node) not in reported:
                     reported.add(id(node))
                     step_txt = f"`{_src(later)}`" if later.kind == STEP else f"the optimizer step in `{later.func}()`"

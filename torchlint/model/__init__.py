@@ -302,11 +302,11 @@ class ModuleModel:
         self._class_is_module[cls.qualname] = False
         result = False
         for b, raw in zip(cls.bases, cls.raw_bases):
-            if b in catalog.MODULE_BASES or b.startswith("torch.nn.") and b.rsplit(".", 1)[-1][:1].isupper():
-                result = True
-            elif b in catalog.LIGHTNING_BASES:
+            if b in catalog.LIGHTNING_BASES:
                 result = True
                 cls.is_lightning = True
+            elif b in catalog.MODULE_BASES or b.startswith("torch.nn.") and b.rsplit(".", 1)[-1][:1].isupper():
+                result = True
             else:
                 base = self.find_class(raw)
                 if base is not None and base is not cls and self.class_is_module(base):

@@ -17,7 +17,7 @@ import libcst as cst
 
 from . import catalog
 from .ir import (
-    GRAD_OFF, GRAD_ON, GRAD_UNKNOWN, AssignOp, BranchOp, CallOp, DefOp, LoopOp, ReturnOp,
+    GRAD_OFF, GRAD_ON, GRAD_UNKNOWN, AssignOp, BranchOp, CallOp, DefOp, JumpOp, LoopOp, ReturnOp,
 )
 
 
@@ -298,7 +298,15 @@ class Binder:
             self.imports.add_import_from(s)
         elif tp is cst.Del:
             pass
-        elif tp in (cst.Pass, cst.Break, cst.Continue, cst.Global, cst.Nonlocal):
+        elif tp is cst.Break or tp is cst.Continue:
+            self._emit(JumpOp(s, None, jump="break" if tp is cst.Break else "continue"))
+        elif tp is cst.Raise:
+            for name in _child_fields(tp):
+                v = getattr(s, name, None)
+                if isinstance(v, cst.BaseExpression):
+                    self._expr(v)
+            self._emit(JumpOp(s, None, jump="raise"))
+        elif tp in (cst.Pass, cst.Global, cst.Nonlocal):
             pass
         else:
             for name in _child_fields(tp):

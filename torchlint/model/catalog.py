@@ -82,6 +82,10 @@ LIGHTNING_BASES = {
     "lightning.LightningModule",
     "lightning.pytorch.LightningModule",
     "pytorch_lightning.core.LightningModule",
+    "pytorch_lightning.core.lightning.LightningModule",
+    "pytorch_lightning.core.module.LightningModule",
+    "lightning.pytorch.core.LightningModule",
+    "lightning.pytorch.core.module.LightningModule",
 }
 MODEL_FACTORY_PREFIXES = ("torchvision.models.", "timm.", "transformers.")
 MODEL_FACTORY_SUFFIXES = (".from_pretrained",)

@@ -101,6 +101,14 @@ class ReturnOp(Op):
 
 
 @dataclass(eq=False)
+class JumpOp(Op):
+    """``continue``, ``break`` or ``raise``: where a path leaves the iteration early (read by
+    the path analysis, :mod:`torchlint.model.paths`; every other pass ignores it)."""
+
+    jump: str = "continue"  # "continue" | "break" | "raise"
+
+
+@dataclass(eq=False)
 class DefOp(Op):
     """A nested function definition (closures for LBFGS, local helpers)."""
 
@@ -170,4 +178,4 @@ def events(block: Block, into_loops: bool = True) -> Iterator[CallOp]:
             yield op
 
 
-UnionOp = Union[CallOp, AssignOp, ReturnOp, DefOp, LoopOp, BranchOp]
+UnionOp = Union[CallOp, AssignOp, ReturnOp, DefOp, LoopOp, BranchOp, JumpOp]

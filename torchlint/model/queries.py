@@ -238,11 +238,41 @@ def uses_autograd(mm, block) -> bool:
 
 
 def analysable_functions(mm) -> Iterator:
-    """Functions whose loops are training code (not nn.Module internals like forward)."""
+    """Functions whose loops are training code: not nn.Module internals like forward, unless
+    the method itself runs a training loop (a ``Trainer(nn.Module)`` whose ``forward`` or
+    ``train`` loops over batches, backwards and steps)."""
     for fn in mm.all_functions:
-        if mm.is_module_method(fn):
+        if mm.is_module_method(fn) and not runs_training_loop(mm, fn):
             continue
         yield fn
+
+
+def runs_training_loop(mm, fn) -> bool:
+    """A loop of ``fn`` runs a backward and an optimizer step in its iteration (directly, in a
+    closure or through a helper)."""
+    got = fn.__dict__.get("_trains_in_loop")
+    if got is None:
+        got = False
+        for op in all_ops(fn):
+            if isinstance(op, LoopOp) and op.parent is None:
+                seq = iteration(mm, fn, op.body)
+                if any(is_kind(mm, o, BACKWARD) for o in seq) and any(is_kind(mm, o, STEP) for o in seq):
+                    got = True
+                    break
+        fn._trains_in_loop = got
+    return got
+
+
+def implicit_loop(mm, fn) -> bool:
+    """``fn`` is one iteration of a loop a framework runs: a LightningModule's
+    ``training_step`` (with manual optimisation it backwards, steps and clears itself, once
+    per batch)."""
+    return fn.name == "training_step" and mm.is_lightning(fn)
+
+
+def unit_body(fn, loop: Optional[LoopOp]) -> list:
+    """The ops of one iteration: ``loop``'s body, or ``fn``'s for an implicit loop."""
+    return loop.body if loop is not None else fn.body
 
 
 def clear_covers(mm, fn, c, step: CallOp, must: bool, n_opts: int = 1, stepped=frozenset()) -> bool:
@@ -699,3 +729,51 @@ def _target_names(t) -> list:
     if isinstance(t, cst.StarredElement):
         return _target_names(t.value)
     return []
+
+
+def carried_clears(mm, fn, loop: Optional[LoopOp], step: CallOp, covers) -> set:
+    """Ids of the clears that run, on some path, while gradients of an earlier iteration of
+    ``loop`` (or an earlier call of ``fn``, an implicit loop) still wait for the optimizer of
+    ``step``: gradient accumulation undone (``zero_grad()`` every micro-batch, the step only
+    every k).  Backwards are followed on every path (``if scaler: scaler.scale(loss).backward()
+    else: loss.backward()``); ``covers(clear)`` says whether a clear clears that optimizer."""
+    from . import paths
+
+    target = norm_path(step.target) if step.target else None
+    hits: set = set()
+
+    def transfer(pending, op):
+        if is_kind(mm, op, STEP):
+            if not isinstance(op, CallOp) or op.kind != STEP or op.target is None or target is None \
+                    or norm_path(op.target) == target:
+                return 0
+            return pending
+        if clears(mm, op) and covers(op):  # a helper that clears and backwards clears first
+            if pending == 2:
+                hits.add(id(op))
+            pending = 0
+        if is_kind(mm, op, BACKWARD):
+            return max(pending, 1)
+        return pending
+
+    paths.iterate(mm, fn, loop, transfer, (0,), carry=lambda p: 2 if p else 0)
+    return hits
+
+
+def unguarded_in(op, loop: Optional[LoopOp]) -> bool:
+    """``op`` runs in every pass of ``loop`` (or of its function when ``loop`` is None) as far
+    as branches go: directly in its body, under no branch of it."""
+    return getattr(op, "loop", None) is loop and not guards_inside(op, loop)
+
+
+def clears_on_some_paths(mm, fn, loop: Optional[LoopOp], step: CallOp, covering: list) -> bool:
+    """Some pass through ``loop`` runs a backward and ``step`` but none of the ``covering``
+    clears (``zero_grad()`` only in the fp32 branch, the AMP branch backwards and steps).
+    Clears under an accumulation condition are taken to be meant that way."""
+    from . import paths
+
+    ids = {id(c) for c in covering}
+    if any(is_accumulation_test(br.test) for c in covering for br, _ in guards_inside(c, loop)):
+        return False
+    return paths.path_without(mm, fn, unit_body(fn, loop), (lambda o: is_kind(mm, o, BACKWARD), lambda o: o is step),
+                              lambda o: id(o) in ids)
