@@ -5,8 +5,8 @@ from torchlint.findings import Related
 from torchlint.model.flow import CHOSEN, ENTRY, norm_path
 from torchlint.model.ir import BACKWARD, CALL, FORWARD, GRAD_OFF, GRAD_ON, GRAD_UNKNOWN, STEP, LoopOp, CallOp, all_ops, walk
 from torchlint.model.queries import (
-    analysable_functions, is_kind, iteration, local_function, reaches_backward, steps_or_updates, trains,
-    uses_autograd, within,
+    analysable_functions, evaluates_after_training, is_kind, iteration, local_function, reaches_backward,
+    steps_or_updates, training_loop_before, trains, uses_autograd, within,
 )
 from torchlint.model.roles import is_eval_name
 from torchlint.rule import Report, Rule
@@ -140,7 +140,8 @@ def evaluate(model, loader):
                     if t in seen:
                         continue
                     evalish = _eval_context(mm, fn, op) or (
-                        is_eval_name(fn.name) and not uses_autograd(mm, fn.body))
+                        is_eval_name(fn.name) and not uses_autograd(mm, fn.body)) or (
+                        evaluates_after_training(mm, fn, op))
                     if not evalish:
                         continue
                     modes = flow.at.get(id(op), frozenset())
@@ -159,6 +160,16 @@ def evaluate(model, loader):
                         yield Report(op.node, f"`{fn.name}()` evaluates `{op.target}` without calling "
                                      f"`{t}.eval()`, and no caller in the linted code does",
                                      fix=_insert_eval(fn, op, t), scope=fn.qualname)
+                    elif any(m == ENTRY for m, _ in modes) and not any(m == "eval" for m, _ in modes) \
+                            and id(op.node) not in reported and evaluates_after_training(mm, fn, op):
+                        # trained here in the mode the caller gave (train mode, to train), then
+                        # evaluated in that same mode
+                        seen.add(t)
+                        reported.add(id(op.node))
+                        trained = training_loop_before(mm, fn, op.loop, op.target)
+                        yield Report(op.node, f"`{op.target}` is evaluated here in the mode it was trained in "
+                                     f"(the training loop at line {mm.line_of(trained.node)}); call "
+                                     f"`{t}.eval()` first", fix=_insert_eval(fn, op, t), scope=fn.qualname)
                 elif op.kind == CALL:
                     s, paths = _callee_key_paths(mm, fn, op, "evals_in_entry")
                     at = flow.at_args.get(id(op), {})

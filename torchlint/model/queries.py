@@ -777,3 +777,65 @@ def clears_on_some_paths(mm, fn, loop: Optional[LoopOp], step: CallOp, covering:
         return False
     return paths.path_without(mm, fn, unit_body(fn, loop), (lambda o: is_kind(mm, o, BACKWARD), lambda o: o is step),
                               lambda o: id(o) in ids)
+
+
+_METRIC_CALLS = ("eq", "ne", "argmax", "topk", "item", "accuracy", "decode", "wer", "cer", "f1_score",
+                 "accuracy_score", "update", "compute")
+
+
+def _scores(block) -> bool:
+    """The ops of ``block`` score predictions: a comparison (``pred == labels``, ``.eq()``),
+    a running total (``correct += ...``, ``test_loss += loss.item()``) or a metric call."""
+    for op in walk(block):
+        if isinstance(op, AssignOp) and op.aug in ("AddAssign",) and op.value is not None:
+            return True
+        if isinstance(op, CallOp) and op.attr in _METRIC_CALLS:
+            return True
+        node = getattr(op, "value", None) if isinstance(op, AssignOp) else None
+        stack = [node] if node is not None else []
+        while stack:
+            e = stack.pop()
+            if isinstance(e, cst.Comparison) and any(isinstance(c.operator, (cst.Equal, cst.NotEqual))
+                                                     for c in e.comparisons):
+                return True
+            stack.extend(e.children)
+    return False
+
+
+def evaluates_after_training(mm, fn, op) -> bool:
+    """``op`` (a forward) runs in an evaluation loop known by evidence, in a scope that trained
+    the model before it (module-level scripts and notebooks: the test loop after the training
+    loop, with neither ``eval()`` nor ``no_grad``): the loop runs no backward (nor does the
+    iteration around it after the loop), it scores the predictions (compared with labels,
+    totals accumulated, a metric), and an earlier loop of the same function backwards and
+    steps."""
+    loop = op.loop
+    if loop is None or trains(mm, loop.body):
+        return False
+    outer = loop.parent.body if loop.parent is not None else fn.body
+    seq = iteration(mm, fn, outer)
+    if loop in seq and any(is_kind(mm, o, BACKWARD) for o in seq[seq.index(loop) + 1:]
+                           if not within(o, loop) and o is not loop):
+        return False  # the forwards feed a later backward (unrolled steps)
+    if not _scores(loop.body):
+        return False
+    return training_loop_before(mm, fn, loop, op.target) is not None
+
+
+def training_loop_before(mm, fn, loop: LoopOp, target: Optional[str]) -> Optional[LoopOp]:
+    """A loop of ``fn`` before ``loop`` (not around it) whose iteration runs ``target`` forward,
+    backwards and steps: the model was trained in this scope before ``loop`` runs."""
+    ops = all_ops(fn)
+    at = ops.index(loop)
+    want = norm_path(target) if target else None
+    for o in ops[:at]:
+        if isinstance(o, LoopOp) and not within(loop, o) and o is not loop:
+            body = iteration(mm, fn, o.body)
+            if not any(is_kind(mm, x, BACKWARD) for x in body):
+                continue
+            if not (any(is_kind(mm, x, STEP) for x in body) or manual_update(fn)):
+                continue
+            if want is None or any(isinstance(x, CallOp) and x.kind == FORWARD and x.target
+                                   and norm_path(x.target) == want for x in body):
+                return o
+    return None
