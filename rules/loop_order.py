@@ -218,7 +218,8 @@ for i, (x, y) in enumerate(loader):
                                           f"gradients are cleared {every} but ") +
                                  f"`{_src(op)}` runs only under the accumulation condition at line "
                                  f"{mm.line_of(acc.node)}, so gradients never accumulate; clear them after "
-                                 "the step instead", fix=_move_clear(fn, c, op, after=True), scope=fn.qualname)
+                                 "the step instead", fix=_move_clear(fn, c, op, after=True) if step_guards[-1][0] is acc else None,
+                                 scope=fn.qualname)  # a step nested deeper (AMP or not): no single place
 
 
 def _where(mm, guard) -> str:
