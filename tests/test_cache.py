@@ -305,15 +305,50 @@ def test_cache_directory_is_tagged_and_ignored_by_git(tmp_path, tree):
     assert set(files) == {os.path.abspath(p) for p in paths}
 
 
-def test_options_are_part_of_the_key(tmp_path, tree, parses):
+def test_selection_is_not_part_of_the_key(tmp_path, tree, parses):
+    """--select / --ignore / --extend-select change what is reported, not what a lint
+    computes: on a warm cache they parse nothing and report what --no-cache reports."""
+    src, paths = tree
+    # a directive that suppresses a finding of TL103, and one whose code never fires
+    text = (src / "lonely.py").read_text().replace("optimizer.step()", "optimizer.step()  # noqa: TL103")
+    (src / "lonely.py").write_text(text.replace("loss.backward()", "loss.backward()  # noqa: TL801"))
+    os.utime(src / "lonely.py", (1_000_000_000, 1_000_000_000))
+    default = LintOptions(frozenset(enabled_codes(["TL"], [], [])))
+    run(paths, default, cache=Cache(str(tmp_path / "c")))
+    selections = [
+        (["TL2"], [], [c for c in preview_codes() if c.startswith("TL2")]),
+        (["TL"], ["TL103"], []),
+        (["TL"], [], ["TL002"]),  # unused noqa: TL801 reported; TL103 used
+        (["TL2", "TL002"], [], []),  # TL103 not selected: its directive is unused too
+        (["TL"], [], sorted(preview_codes())),
+    ]
+    seen = []
+    for select, ignore, extend in selections:
+        opts = LintOptions(frozenset(enabled_codes(select, ignore, extend)))
+        del parses[:]
+        c = Cache(str(tmp_path / "c"))
+        got = _found(run(paths, opts, cache=c))
+        assert not parses and c.hits == len(paths), (select, ignore, extend)
+        assert got == _found(run(paths, opts)), (select, ignore, extend)  # --no-cache
+        seen.append(got)
+    only_tl2, no_tl103, with_tl002, tl2_tl002, _ = seen
+    assert all(code.startswith("TL2") for v in only_tl2.values() for code in v)
+    assert "lonely.py" not in no_tl103 and "lonely.py" not in only_tl2
+    assert [f for f in with_tl002["lonely.py"] if f.startswith("TL0")] == ["TL002:7"]
+    assert [f for f in tl2_tl002["lonely.py"] if f.startswith("TL0")] == ["TL002:7", "TL002:8"]
+
+
+def test_settings_and_per_file_ignores_are_part_of_the_key(tmp_path, tree, parses):
     src, paths = tree
     run(paths, OPTS, cache=Cache(str(tmp_path / "c")))
-    only = LintOptions(frozenset(enabled_codes(["TL2"], [], [c for c in preview_codes() if c.startswith("TL2")])))
-    del parses[:]
-    c = Cache(str(tmp_path / "c"))
-    res = _found(run(paths, only, cache=c))
-    assert c.hits == 0 and parses  # other rules, other entries
-    assert all(code.startswith("TL2") for v in res.values() for code in v)
+    for opts in (LintOptions(OPTS.enabled, settings={"allow-grad-data": False}),
+                 LintOptions(OPTS.enabled, per_file_ignores={"lonely.py": ["TL1"]}, root=str(src))):
+        del parses[:]
+        c = Cache(str(tmp_path / "c"))
+        got = _found(run(paths, opts, cache=c))
+        assert c.hits == 0 and parses  # other options, other entries
+        assert got == _found(run(paths, opts))
+    assert "lonely.py" not in got
 
 
 def test_cli_no_cache_and_cache_dir(tmp_path, tree):
@@ -430,8 +465,12 @@ def test_prune_removes_old_entries_and_least_recently_used_snapshots(tmp_path, t
     src, paths = tree
     cdir = tmp_path / "c"
     selections = [["TL"], ["TL1"], ["TL2"], ["TL3"], ["TL4"], ["TL5"], ["TL6"], ["TL7"], ["TL8"], ["TL1", "TL2"]]
-    for sel in selections:  # one snapshot set per option set, the first one used longest ago
-        run(paths, _with_preview(sel), cache=Cache(str(cdir)))
+
+    def options(n):  # the selection is not in the key: per-file-ignores (of no file here) are
+        return LintOptions(_with_preview(selections[n]).enabled, per_file_ignores={f"none{n}.py": ["TL1"]})
+
+    for n in range(len(selections)):  # one snapshot set per option set, the first one used longest ago
+        run(paths, options(n), cache=Cache(str(cdir)))
     v = next(p for p in cdir.iterdir() if p.name.startswith("v"))
     snaps = lambda: {p.name.split(".")[0].split("-")[1] for p in v.iterdir() if p.name.startswith("run-")}
     assert len(snaps()) == len(selections)
@@ -450,11 +489,10 @@ def test_prune_removes_old_entries_and_least_recently_used_snapshots(tmp_path, t
     assert c.prune(now) > 0
     kept = snaps()
     assert len(kept) == cache_mod.KEEP_SNAPSHOTS
-    first_two = {Cache(str(cdir))._fingerprint(_with_preview(sel))
-                 for sel in selections[:2]}
+    first_two = {Cache(str(cdir))._fingerprint(options(n)) for n in range(2)}
     assert kept == before - first_two  # the two used longest ago went
     assert not os.path.exists(stale)
     # what is left still works: a warm run of the last options, same findings
     warm = Cache(str(cdir))
-    last = _with_preview(selections[-1])
+    last = options(len(selections) - 1)
     assert _found(run(paths, last, cache=warm)) == {"main.py": ["TL202:11"], "lonely.py": ["TL103:8"]}

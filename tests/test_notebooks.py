@@ -220,3 +220,26 @@ def test_a_cell_only_libcst_rejects_is_left_out_too(tmp_path, monkeypatch, with_
     res = lint_path(str(nb), LintOptions(enabled if with_tl001 else enabled - {"TL001"}))
     got = [(f.code, f.cell, f.line) for f in res.findings]
     assert got == ([("TL001", 2, 3)] if with_tl001 else []) + [("TL103", 3, 4)]
+
+
+def test_noqa_in_cells_whatever_the_selection_and_the_cache(tmp_path):
+    """A notebook's `# noqa` directives (in shifted and magic lines too) are kept with its
+    cached result and applied when it is reported: a selection changed on a warm cache
+    reports what --no-cache does, unused codes (TL002) at their place in the cell."""
+    _notebook([("code", SETUP), ("markdown", "# train"),
+               ("code", "    for x, y in loader:\n        loss = criterion(model(x), y)\n        loss.backward()\n"
+                        "        optimizer.step()  # noqa: TL103, TL801"),
+               ("code", "%time total = 1  # noqa: TL701\nprint(total)")], tmp_path / "nb.ipynb")
+    cache = ["--cache-dir", str(tmp_path / "c")]
+    tl("nb.ipynb", *cache, "--output-format", "json", cwd=tmp_path)
+    got = {}
+    for select in ("TL", "TL,TL002", "TL2,TL002"):
+        args = ("nb.ipynb", "--select", select, "--output-format", "json")
+        warm = json.loads(tl(*args, *cache, cwd=tmp_path).stdout)
+        assert warm == json.loads(tl(*args, "--no-cache", cwd=tmp_path).stdout), select
+        got[select] = [(d["code"], d["cell"], d["location"]["row"], d["location"]["column"],
+                        d["fix"]["edits"][0]["location"]["column"] if d["fix"] else None) for d in warm]
+    assert got["TL"] == []  # TL103 suppressed in the shifted cell
+    assert got["TL,TL002"] == [("TL002", 2, 4, 27, 27), ("TL002", 3, 1, 18, 16)]
+    # TL103 not selected: its code suppresses nothing either
+    assert [g[:3] for g in got["TL2,TL002"]] == [("TL002", 2, 4), ("TL002", 3, 1)]

@@ -20,7 +20,7 @@ from .parse import parse_module
 from .project import ProjectIndex, ProjectView, Workspace, may_depend, questions_of
 from .rule import InternalErrorRule, NotAnalysedRule, SyntaxErrorRule, UnusedNoqaRule, all_rules
 from .source import SourceError, read_source
-from .suppress import is_suppressed, parse_noqa
+from .suppress import Directive, is_suppressed, parse_noqa
 
 # Prefilter: a file containing none of these cannot produce a finding or a useful summary.
 _SUMMARY_TRIGGERS = (b".train(", b".eval(", b"zero_grad", b"backward", b".step(", b".to(",
@@ -42,6 +42,9 @@ class FileResult:
     internal_error: bool = False
     answers: str = ""  # hash of the project answers the findings depended on
     parsed: bool = False
+    # the file's ``# noqa`` directives (``noqa_record``), applied when the result is reported;
+    # None where none apply (a file that did not parse, was not analysed or was prefiltered)
+    noqa: Optional[dict] = None
 
     def to_json(self) -> dict:
         return {
@@ -49,7 +52,7 @@ class FileResult:
             "summaries": self.summaries, "classes": self.classes, "queries": self.query_texts(),
             "called": self.called, "error": self.error, "internal_error": self.internal_error,
             "answers": self.answers, "reexports": self.reexports, "stars": self.stars,
-            "module": self.module, "parsed": self.parsed,
+            "module": self.module, "parsed": self.parsed, "noqa": self.noqa,
         }
 
     def to_lite_json(self, queries: bool = True) -> dict:
@@ -57,7 +60,7 @@ class FileResult:
         too unless ``queries``."""
         d = {"path": self.path, "findings": [f.to_dict() for f in self.findings],
              "error": self.error, "internal_error": self.internal_error, "answers": self.answers,
-             "module": self.module, "parsed": self.parsed}
+             "module": self.module, "parsed": self.parsed, "noqa": self.noqa}
         if queries:
             d["queries"] = self.query_texts()
         return d
@@ -84,7 +87,8 @@ class FileResult:
         r.__dict__.update(
             path=d["path"], findings=[Finding.from_dict(x) for x in findings] if findings else [],
             error=d["error"], internal_error=d["internal_error"], answers=d.get("answers", ""),
-            module=d.get("module", ""), parsed=bool(d.get("parsed", True)), _lazy=source)
+            module=d.get("module", ""), parsed=bool(d.get("parsed", True)), noqa=d.get("noqa"),
+            _lazy=source)
         return r
 
     def is_lazy(self) -> bool:
@@ -120,6 +124,7 @@ class FileResult:
         r.reexports, r.stars = d.get("reexports", {}), d.get("stars", [])
         r.module = d.get("module", "")
         r.parsed = bool(d.get("parsed", True))
+        r.noqa = d.get("noqa")
         return r
 
 
@@ -133,11 +138,14 @@ class LintOptions:
     noqa: bool = True  # `# noqa` comments suppress (flake8's --disable-noqa turns it off)
 
     def fingerprint(self) -> str:
-        """What a cached result's key depends on besides the file: the options, and
-        torchlint's own code (a rule edited, a build with the same version)."""
-        d = [sorted(self.enabled), sorted(self.settings.items()), sorted(
+        """What a cached result's key depends on besides the file: the options a lint reads,
+        and torchlint's own code (a rule edited, a build with the same version). Not the
+        selection (``enabled``) nor ``noqa``: a lint runs every rule and keeps the file's
+        ``# noqa`` directives, and ``select_result`` filters and suppresses when the result
+        is reported, so changing ``--select`` re-parses nothing."""
+        d = [sorted(self.settings.items()), sorted(
             (k, sorted(v)) for k, v in self.per_file_ignores.items()), self.prefilter, __version__,
-            code_digest()] + ([] if self.noqa else ["no-noqa"])
+            code_digest()]
         return hashlib.sha256(json.dumps(d, default=str).encode()).hexdigest()[:16]
 
 
@@ -183,12 +191,13 @@ def code_digest() -> str:
 _RULE_CACHE: dict = {}
 
 
-def _rules_for(enabled, settings):
-    key = (tuple(sorted(enabled)), tuple(sorted(settings.items())))
+def _rules_for(settings):
+    """Every rule (preview rules included), configured with ``settings``: a lint runs them
+    all, whatever is selected (``select_result`` keeps the selected ones' findings)."""
+    key = tuple(sorted(settings.items()))
     r = _RULE_CACHE.get(key)
     if r is None:
-        r = [cls(settings) for code, cls in all_rules().items() if code in enabled
-             and code not in ("TL000", "TL001", "TL002")]
+        r = [cls(settings) for code, cls in all_rules().items() if code not in ("TL000", "TL001", "TL002")]
         _RULE_CACHE[key] = r
     return r
 
@@ -212,9 +221,10 @@ def lint_text(path: str, text: str, opts: LintOptions, project: Optional[Project
               module_name: Optional[str] = None, is_package: bool = False, data: Optional[bytes] = None,
               shown: Optional[str] = None, keep: Optional[dict] = None, raw: bool = False,
               memo: Optional[DocumentMemo] = None, exports: bool = True) -> FileResult:
-    """Lint one file's text. The paths of its result are rendered for a report (relative to
-    the current folder) unless ``raw``: a raw result names files by ``findings.path_token``
-    (what the cache stores and the engine passes around).
+    """Lint one file's text. Its result is what is reported (``select_result``: the selected
+    rules' findings, ``# noqa`` applied; paths rendered relative to the current folder) unless
+    ``raw``: a raw result has every rule's findings, its directives unapplied, and names files
+    by ``findings.path_token`` (what the cache stores and the engine passes around).
 
     The cyclic garbage collector is off meanwhile: the file's libcst tree (millions of nodes
     for a big file, no cycles among them) would otherwise be scanned by every collection its
@@ -235,7 +245,7 @@ def lint_text(path: str, text: str, opts: LintOptions, project: Optional[Project
     finally:
         if was_on:
             gc.enable()
-    return res if raw else render_result(res)
+    return res if raw else render_result(select_result(res, opts))
 
 
 def relint_kept(kept: dict, opts: LintOptions, project: Optional[ProjectIndex] = None) -> FileResult:
@@ -253,18 +263,19 @@ def relint_kept(kept: dict, opts: LintOptions, project: Optional[ProjectIndex] =
 
 
 def _active_rules(path: str, opts: LintOptions) -> list:
-    """The rules that run on ``path``: enabled and not ignored for it (test code is decided in
-    ``_lint_module``, once the module is known)."""
+    """The rules that run on ``path``: every rule not ignored for it by ``per-file-ignores``
+    (the selection is applied when the result is reported: ``select_result``; test code is
+    decided in ``_lint_module``, once the module is known)."""
     from .selection import per_file_ignored
 
-    rules = _rules_for(opts.enabled, opts.settings)
+    rules = _rules_for(opts.settings)
     ignored = per_file_ignored(path, opts.root, opts.per_file_ignores) if opts.per_file_ignores else set()
     return [r for r in rules if not any(r.code.startswith(i) for i in ignored)]
 
 
 def _not_analysed(res: FileResult, exc, path: str, opts: LintOptions) -> FileResult:
     res.parsed = True
-    if "TL003" in opts.enabled and not _per_file_ignored("TL003", path, opts):
+    if not _per_file_ignored("TL003", path, opts):
         res.findings.append(Finding("TL003", NotAnalysedRule.name, f"not analysed: {exc}", res.path,
                                     Span.of(exc.line, 0, exc.line, 0), NotAnalysedRule.severity))
     return res
@@ -299,7 +310,7 @@ def _lint_text(path: str, text: str, opts: LintOptions, project: Optional[Projec
             # Nothing a rule could find: skip libcst, but still report a file that does not
             # parse. The stdlib parser is an order of magnitude cheaper; libcst confirms
             # (it knows newer syntax than the running interpreter may).
-            if "TL001" not in opts.enabled or _compiles(text, path):
+            if _compiles(text, path):
                 return res
     if module_name is None:
         module_name, is_package = module_name_for(path)
@@ -313,16 +324,15 @@ def _lint_text(path: str, text: str, opts: LintOptions, project: Optional[Projec
         module = parse_module(text) if memo is None else parse_module(text, memo.pieces)
     except cst.ParserSyntaxError as exc:
         res.parsed = True
-        if "TL001" in opts.enabled:
-            msg = str(exc.message if hasattr(exc, "message") else exc).strip().splitlines()[0]
-            line, col = exc.raw_line, max(exc.raw_column, 0)
-            # CPython's parser usually pinpoints the error better; use it when it agrees
-            # that the file is invalid.
-            precise = _stdlib_syntax_error(text, path)
-            if precise is not None:
-                line, col, msg = precise
-            res.findings.append(Finding("TL001", SyntaxErrorRule.name, f"syntax error: {msg}", shown,
-                                        Span.of(line, col, line, col)))
+        msg = str(exc.message if hasattr(exc, "message") else exc).strip().splitlines()[0]
+        line, col = exc.raw_line, max(exc.raw_column, 0)
+        # CPython's parser usually pinpoints the error better; use it when it agrees
+        # that the file is invalid.
+        precise = _stdlib_syntax_error(text, path)
+        if precise is not None:
+            line, col, msg = precise
+        res.findings.append(Finding("TL001", SyntaxErrorRule.name, f"syntax error: {msg}", shown,
+                                    Span.of(line, col, line, col)))
         return res
     except RecursionError:
         res.parsed = True
@@ -398,7 +408,8 @@ def _lint_module(path: str, shown: str, text: str, module, module_name: str, is_
             traceback.print_exc()
     res.queries = sorted(mm.external_queries)
     _release_model(mm)
-    res.findings = _suppress(findings, text, opts, shown) if opts.noqa else sorted(findings, key=Finding.sort_key)
+    res.findings = sorted(findings, key=Finding.sort_key)
+    res.noqa = noqa_record(text)
     bad = _unknown_noqa_codes(text)
     if bad:
         res.error = "; ".join(f"{shown}:{line}: unknown rule code `{code}` in `# noqa` (expected a code "
@@ -486,38 +497,78 @@ def _unknown_noqa_codes(text: str) -> list:
     return [(d.line, c) for d in directives.values() for c in d.codes if c.startswith("TL") and c not in known]
 
 
-def _suppress(findings, text, opts, shown) -> list:
+def noqa_record(text: str) -> Optional[dict]:
+    """The ``# noqa`` directives of ``text`` as a result keeps them (JSON): ``exempt`` (a
+    ``# torchlint: noqa`` file) and, per directive, ``[line, start, end, codes, cell,
+    keep_start, drop_start, fix_end]``: where the comment is, its codes, and the columns of
+    the edit that removes some of its codes (``keep_start``: some stay) or all of them
+    (``drop_start``: the spaces before it go too); ``fix_end`` None where no edit can be
+    offered (a notebook line IPython syntax was replaced on). ``cell`` is a notebook's code
+    cell (``notebook.lint_cells`` maps the record), else None. None when there is nothing."""
     exempt, directives = parse_noqa(text)
-    if exempt:
-        return []
-    kept = [f for f in findings if not is_suppressed(directives, f.line, f.code)]
-    if "TL002" in opts.enabled:
+    if not exempt and not directives:
+        return None
+    lines = text.splitlines() if directives else []
+    out = []
+    for d in directives.values():
+        line = lines[d.line - 1]
+        drop = d.start
+        while drop > 0 and line[drop - 1] in " \t":
+            drop -= 1
+        out.append([d.line, d.start, d.end, list(d.codes), None, d.start, drop, d.end])
+    return {"exempt": exempt, "d": out}
+
+
+def select_result(res: FileResult, opts: LintOptions) -> FileResult:
+    """What is reported of a lint's result (in place): the findings of the selected rules
+    (``opts.enabled``; an internal error always), less those its ``# noqa`` directives
+    suppress, plus ``TL002`` for the directive codes that suppressed nothing. A lint runs
+    every rule and keeps the directives (``noqa_record``), so the cache's results do not
+    depend on the selection."""
+    enabled = opts.enabled
+    findings = [f for f in res.findings if f.code in enabled or f.code == "TL000"]
+    if res.noqa is not None and opts.noqa:
+        findings = _suppress(findings, res.noqa, enabled, res.path)
+    res.findings = findings
+    return res
+
+
+def _suppress(findings, record: dict, enabled, shown: str) -> list:
+    """``findings`` less those the directives of ``record`` suppress (never a syntax error:
+    a notebook's broken cell is reported whatever its neighbours say), plus ``TL002``."""
+    if record["exempt"]:
+        return [f for f in findings if f.code == "TL001"]
+    directives = {}
+    for line, start, end, codes, cell, keep_start, drop_start, fix_end in record["d"]:
+        directives[(cell, line)] = Directive(line, tuple(codes), start, end)
+    kept = [f for f in findings if f.code == "TL001" or not is_suppressed(directives, (f.cell, f.line), f.code)]
+    if "TL002" in enabled:
         from .findings import Edit, Fix, Position
 
-        for d in directives.values():
+        for line, start, end, codes, cell, keep_start, drop_start, fix_end in record["d"]:
+            d = directives[(cell, line)]
             if not d.codes:
                 continue
             unused = [c for c in d.codes if c not in d.used and c.startswith("TL")]
             if not unused:
                 continue
             keep = [c for c in d.codes if c not in unused]
-            line = text.splitlines()[d.line - 1]
             new = f"# noqa: {', '.join(keep)}" if keep else ""
-            start, end = d.start, d.end
-            if not keep:
-                while start > 0 and line[start - 1] in " \t":
-                    start -= 1
-            fix = Fix("Remove unused `noqa` codes", (Edit(Position(d.line, start), Position(d.line, end), new),))
-            kept.append(Finding("TL002", UnusedNoqaRule.name,
-                                f"unused `noqa` directive (non-matching: {', '.join(unused)})", shown,
-                                Span.of(d.line, d.start, d.line, d.end), "warning", fix))
+            fix = None
+            if fix_end is not None:
+                fix = Fix("Remove unused `noqa` codes", (Edit(Position(line, keep_start if keep else drop_start),
+                                                              Position(line, fix_end), new),), cell=cell)
+            f = Finding("TL002", UnusedNoqaRule.name, f"unused `noqa` directive (non-matching: {', '.join(unused)})",
+                        shown, Span.of(line, start, line, end), "warning", fix)
+            f.cell = cell
+            kept.append(f)
     return sorted(kept, key=Finding.sort_key)
 
 
 # ---------------------------------------------------------------- files and trees
 def lint_path(path: str, opts: LintOptions, project: Optional[ProjectIndex] = None,
               keep: Optional[dict] = None, raw: bool = False) -> FileResult:
-    """Lint the file ``path``; its paths are rendered for a report unless ``raw`` (see
+    """Lint the file ``path``; its result is what is reported unless ``raw`` (see
     ``lint_text``)."""
     shown = path_token(path)
     if path.endswith(".ipynb"):
@@ -533,7 +584,7 @@ def lint_path(path: str, opts: LintOptions, project: Optional[ProjectIndex] = No
             res = FileResult(shown, error=str(exc))
         else:
             res = lint_text(path, src.text, opts, project, data=src.data, shown=shown, keep=keep, raw=True)
-    return res if raw else render_result(res)
+    return res if raw else render_result(select_result(res, opts))
 
 
 def lint_job(args, keep: Optional[dict] = None):
@@ -660,7 +711,7 @@ def run(files, opts: LintOptions, jobs: int = 1, cache=None, progress=None,
     gc.disable()
     try:
         # the paths are rendered now, relative to where this run is (the cache holds tokens)
-        return [render_result(r) for r in _run(files, opts, jobs, cache, progress, workspace)]
+        return [render_result(select_result(r, opts)) for r in _run(files, opts, jobs, cache, progress, workspace)]
     finally:
         if was_on:
             gc.enable()

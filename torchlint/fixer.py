@@ -25,7 +25,7 @@ from typing import Optional
 import click
 import libcst as cst
 
-from .engine import lint_text, run
+from .engine import lint_text, run, select_result
 from .findings import path_token, render_text
 from .findings import SAFE, UNSAFE, Finding
 from .fixes import apply_fixes_detailed, split_lines
@@ -164,7 +164,7 @@ class _Cells(_Text):
         from . import notebook
 
         nb = notebook.build(self.path, self.nb.doc, self.nb.code_cells, cells)
-        res = notebook.lint_cells(nb, self.opts, self.project, self.shown)
+        res = select_result(notebook.lint_cells(nb, self.opts, self.project, self.shown), self.opts)
         return [f for f in res.findings if not (f.code == "TL001" and f.cell in self.broken)]
 
     @staticmethod

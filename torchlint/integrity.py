@@ -368,7 +368,31 @@ def result(d, lite: bool = False) -> bool:
             return False
     if "queries" in d and not _strs(d["queries"]):
         return False
+    if not noqa(d.get("noqa"), path.endswith(".ipynb")):
+        return False
     return lite or (exports(d) and "queries" in d)
+
+
+def noqa(d, notebook: bool) -> bool:
+    """A result's ``# noqa`` directives (``engine.noqa_record``), or None."""
+    if d is None:
+        return True
+    if type(d) is not dict or d.keys() != {"exempt", "d"} or type(d["exempt"]) is not bool \
+            or type(d["d"]) is not list:
+        return False
+    for e in d["d"]:
+        if type(e) is not list or len(e) != 8:
+            return False
+        line, start, end, codes, cell, keep_start, drop_start, fix_end = e
+        if not (_nat(line) and line >= 1 and _nat(start) and _nat(end)) or type(codes) is not list \
+                or not all(type(c) is str and c.isalnum() for c in codes):
+            return False
+        if notebook != (cell is not None) or (cell is not None and not (_nat(cell) and cell >= 1)):
+            return False
+        fix = (keep_start, drop_start, fix_end)
+        if not (all(x is None for x in fix) or all(_nat(x) for x in fix)):
+            return False
+    return True
 
 
 def index(d, version: str) -> Optional[dict]:

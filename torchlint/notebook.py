@@ -27,7 +27,7 @@ import difflib
 import json
 import os
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Optional
 
 # cell magics whose body is Python run in the kernel's namespace
@@ -341,11 +341,9 @@ def lint_cells(nb: Notebook, opts, project, shown: str):
 
     path = nb.path
     broken = _python_errors(nb)
-    # TL001 on: a cell libcst cannot parse must be found even when the finding is not wanted
-    lint_opts = opts if "TL001" in opts.enabled else replace(opts, enabled=opts.enabled | {"TL001"})
     while True:
         program = _without_cells(nb, broken)
-        res = lint_text(path, program, lint_opts, project, module_name=module_name(path), shown=shown, raw=True)
+        res = lint_text(path, program, opts, project, module_name=module_name(path), shown=shown, raw=True)
         bad = [f for f in res.findings if f.code == "TL001"]
         if not bad or not 1 <= bad[0].line <= len(nb.line_map):
             break
@@ -359,16 +357,39 @@ def lint_cells(nb: Notebook, opts, project, shown: str):
             rel = bad[0].line - _cell_lines(nb, c)[0] + 1
             newly[c] = _cell_error(nb, c, rel, bad[0].column, bad[0].message.replace("syntax error: ", "", 1))
         broken.update(newly)
-    findings = [f for f in res.findings if f.code != "TL001" or "TL001" in opts.enabled]
+    findings = list(res.findings)
     to_cells(nb, findings, shown)
-    if "TL001" in opts.enabled:
-        for c, (line, col, msg) in broken.items():
-            f = Finding("TL001", SyntaxErrorRule.name, f"syntax error: {msg}", shown, Span.of(line, col, line, col))
-            f.cell = c
-            findings.append(f)
+    for c, (line, col, msg) in broken.items():
+        f = Finding("TL001", SyntaxErrorRule.name, f"syntax error: {msg}", shown, Span.of(line, col, line, col))
+        f.cell = c
+        findings.append(f)
     findings.sort(key=lambda f: (f.cell or 0, f.line, f.column, f.code, f.message))
     res.findings = findings
-    return res
+    if res.noqa is not None:
+        res.noqa = _noqa_to_cells(nb, res.noqa)
+    return res  # raw, as ``lint_text``'s: ``engine.select_result`` gives what is reported
+
+
+def _noqa_to_cells(nb: Notebook, record: dict) -> dict:
+    """A ``noqa_record`` of the program in cell positions (the finding's and the fix's
+    positions of an unused directive, as ``to_cells`` moves findings)."""
+    from .findings import Edit, Fix, Position
+
+    out = []
+    for line, start, end, codes, _, keep_start, drop_start, fix_end in record["d"]:
+        if not 1 <= line <= len(nb.line_map):
+            continue
+        cell, cline = to_cell(nb, line)
+        starts = []
+        for s in (keep_start, drop_start):
+            fix = _fix_to_cells(nb, Fix("", (Edit(Position(line, s), Position(line, fix_end), ""),)))
+            starts.append(fix.edits[0] if fix is not None and len(fix.edits) == 1 else None)
+        if None in starts:
+            k = d = e = None
+        else:
+            k, d, e = starts[0].start.column, starts[1].start.column, starts[0].end.column
+        out.append([cline, _column(nb, line, start), _column(nb, line, end), codes, cell, k, d, e])
+    return {"exempt": record["exempt"], "d": out}
 
 
 def _libcst_errors(nb: Notebook, broken) -> dict:

@@ -173,7 +173,9 @@ class Runner:
                 click.echo("torchlint: error: --fix and --diff do not apply to a notebook read from stdin",
                            err=True)
                 return EXIT_ERROR
-            res = lint_notebook(path, self.opts, None, shown, data=data)
+            from .engine import select_result
+
+            res = select_result(lint_notebook(path, self.opts, None, shown, data=data), self.opts)
             if res.error:
                 click.echo(f"torchlint: error: {res.error}", err=True)
                 return EXIT_ERROR
