@@ -202,10 +202,12 @@ class Checker:
         return bad
 
     def _fix_disagreements(self, paths, cold) -> list:
-        """The fixes ``--fix --diff --unsafe-fixes`` applies in its first pass must be those of
-        findings that ``check`` reports (later passes lint the fixed text: a fix may uncover
-        another finding, e.g. a loop wrapped in ``no_grad`` becomes evaluation code)."""
+        """The fixes ``--fix --diff --unsafe-fixes`` applies, in every pass, must be those of
+        findings that ``check`` reports: at most as many of each code as it reports in each
+        file, each of a finding it reports (a later pass lints the fixed text, where a fix may
+        uncover another finding, e.g. a loop wrapped in ``no_grad`` becomes evaluation code)."""
         import io
+        from collections import Counter
         from contextlib import redirect_stderr, redirect_stdout
 
         from torchlint import fixer
@@ -213,17 +215,17 @@ class Checker:
         from torchlint.runner import Runner
 
         runner = Runner(Config(root=self.root), ["TL"], [], [], jobs=1, cache=None, progress=False)
-        real = fixer.fix_text
-        fixer.fix_text = lambda *a, **k: real(*a, **dict(k, max_passes=1))
-        try:
-            with redirect_stdout(io.StringIO()), redirect_stderr(io.StringIO()):
-                report = fixer.fix_files(runner, paths, unsafe=True, diff=True)
-        finally:
-            fixer.fix_text = real
+        with redirect_stdout(io.StringIO()), redirect_stderr(io.StringIO()):
+            report = fixer.fix_files(runner, paths, unsafe=True, diff=True)
         reported = {(os.path.abspath(p), code, line) for p, code, line, _, _ in cold}
+        per_code = Counter((os.path.abspath(p), code) for p, code, _, _, _ in cold)
         out = []
         for ff in report.files:
+            path = os.path.abspath(ff.path)
             for a in ff.applied:
-                if (os.path.abspath(ff.path), a.code, a.line) not in reported:
-                    out.append(("fix", ff.path, a.code, a.line))
+                if (path, a.code, a.reported_line) not in reported:
+                    out.append(("fix", ff.path, a.code, a.line, a.reported_line))
+            for code, n in Counter(a.code for a in ff.applied).items():
+                if n > per_code[(path, code)]:
+                    out.append(("fixes", ff.path, code, n, per_code[(path, code)]))
         return out

@@ -217,6 +217,54 @@ def test_a_fix_that_breaks_the_syntax_is_discarded(tmp_path):
     assert [d.code for d in res.discarded] == ["TL999"] and [a.code for a in res.applied] == ["TL998"]
 
 
+EVALUATE = """\
+import torch
+import torch.nn as nn
+
+
+def evaluate(model, loader):
+    correct = 0
+    for x, y in loader:
+        out = model(x)
+        correct += (out.argmax(1) == y).sum().item()
+    return correct
+
+
+def main(loader):
+    model = nn.Sequential(nn.Linear(8, 8), nn.Dropout(0.1), nn.Linear(8, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in loader:
+        optimizer.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+    print(evaluate(model, loader))
+"""
+
+
+def test_later_passes_fix_only_what_check_reported(tmp_path):
+    """TL203's fix wraps the loop in no_grad; the loop is then evaluation code without eval()
+    (TL201, a finding check never reported): the next pass must not fix it."""
+    p = tmp_path / "evaluate.py"
+    opts = LintOptions(frozenset(enabled_codes(["TL"], [], ["TL201"])))
+    assert [f.code for f in lint_text(str(p), EVALUATE, opts).findings] == ["TL203"]
+    res = fix_text(str(p), EVALUATE, opts, unsafe=True)
+    assert [(a.code, a.reported_line) for a in res.applied] == [("TL203", 7)]
+    assert "with torch.no_grad():" in res.fixed and "eval()" not in res.fixed
+    assert [f.code for f in lint_text(str(p), res.fixed, opts).findings] == ["TL201"]  # for the next check
+
+
+def test_a_finding_moved_by_an_earlier_fix_is_still_fixed():
+    from torchlint.fixer import _map_position
+
+    edits = [(None, Edit(Position(3, 4), Position(3, 4), "with x:\n        ")),
+             (None, Edit(Position(5, 0), Position(6, 0), ""))]
+    assert _map_position(Position(3, 10), None, edits) == Position(4, 14)
+    assert _map_position(Position(2, 1), None, edits) == Position(2, 1)
+    assert _map_position(Position(5, 3), None, edits) is None  # removed
+    assert _map_position(Position(7, 2), None, edits) == Position(7, 2)  # +1 line, -1 line
+    assert _map_position(Position(7, 2), 2, edits) == Position(7, 2)  # another cell's edits
+
+
 def test_a_fix_that_does_not_remove_its_finding_is_undone(tmp_path):
     path = tmp_path / "train.py"
     real = next(f for f in _lint(path, BUGGY) if f.code == "TL103")

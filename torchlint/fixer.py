@@ -46,6 +46,7 @@ class AppliedFix:
     message: str  # the fix's message
     applicability: str
     fingerprint: Optional[str] = None  # the finding's (stable across line shifts)
+    reported_line: Optional[int] = None  # the line where the lint of the original text reported it
 
 
 @dataclass
@@ -129,6 +130,62 @@ def _identity(f: Finding) -> tuple:
     return (f.code, f.fingerprint or f"{f.line}:{f.message}")
 
 
+# ------------------------------------------------------------------ what check reported
+def _map_position(p, cell, edits):
+    """Where the position ``p`` (of code cell ``cell``, None in a module) is after ``edits``
+    (non-overlapping ``(cell, Edit)``, positions in the text before them); None when an edit
+    replaced the text around it."""
+    for ecell, e in sorted(edits, key=lambda x: (x[1].start, x[1].end), reverse=True):
+        if ecell != cell or p < e.start:
+            continue
+        if p < e.end:
+            return None
+        content = e.content.replace("\r\n", "\n").replace("\r", "\n")
+        nl = content.count("\n")
+        tail = len(content) - content.rfind("\n") - 1 if nl else len(content)
+        if p.line == e.end.line:
+            p = type(p)(e.start.line + nl, (tail if nl else e.start.column + tail) + p.column - e.end.column)
+        else:
+            p = type(p)(p.line + e.start.line + nl - e.end.line, p.column)
+    return p
+
+
+class _Reported:
+    """The findings the lint of the original text reported (what ``check`` reports), followed
+    through the edits of each pass: a later pass fixes only those, never a finding that the
+    fixes made appear (a loop wrapped in ``no_grad`` becoming evaluation code that a rule then
+    wants in eval mode). A finding is recognised at the place its original was moved to, or,
+    where an edit rewrote that place (a block re-indented), by its fingerprint."""
+
+    def __init__(self, findings):
+        # [code, cell, position or None, fingerprint, line reported]
+        self.items = [[f.code, f.cell, f.span.start, f.fingerprint, f.line] for f in findings]
+
+    def match(self, findings) -> dict:
+        """``{id(finding): item}`` for the findings of ``findings`` that are reported ones."""
+        free = list(self.items)
+        out = {}
+        for by_place in (True, False):
+            for f in findings:
+                if id(f) in out:
+                    continue
+                for it in free:
+                    if it[0] == f.code and (it[1:3] == [f.cell, f.span.start] if by_place
+                                            else it[3] and it[3] == f.fingerprint and it[1] == f.cell):
+                        out[id(f)] = it
+                        free.remove(it)
+                        break
+        return out
+
+    def advance(self, fixed, edits) -> None:
+        """The fixes of the items ``fixed`` were applied with ``edits``: the others move."""
+        gone = {id(it) for it in fixed}
+        self.items = [it for it in self.items if id(it) not in gone]
+        for it in self.items:
+            if it[2] is not None:
+                it[2] = _map_position(it[2], it[1], edits)
+
+
 # ------------------------------------------------------------------ one text
 class _Text:
     """A module's text being fixed: linted as it is, fixes applied as text edits."""
@@ -196,18 +253,24 @@ def _fix_passes(doc, text, unsafe: bool, shown: str, max_passes: int = MAX_PASSE
                 allowed=None) -> FileFix:
     """Fix ``text`` (a module's text, or a notebook's cells: ``doc`` lints it and applies
     fixes to it) in passes: every edit applied is one of a lint of exactly the text it is
-    applied to, and stays only if the result parses and its finding is gone."""
+    applied to, of a finding the lint of ``text`` reported (``_Reported``), and stays only if
+    the result parses and its finding is gone."""
     result = FileFix(render_text(shown), text, text)
     bad: set = set()
     seen = {text}
     findings = first
     cur = text
+    reported = None
     for _ in range(max_passes):
         if findings is None:
             findings = doc.lint(cur)
         if any(f.code == "TL001" for f in findings):
             break
-        cands = [f for f in findings if is_fixable(f, unsafe, allowed) and _fix_key(f) not in bad]
+        if reported is None:
+            reported = _Reported(findings)
+        origin = reported.match(findings)
+        cands = [f for f in findings if is_fixable(f, unsafe, allowed) and _fix_key(f) not in bad
+                 and id(f) in origin]
         if not cands:
             break
         cands.sort(key=lambda f: (f.span.start, f.span.end, f.code))
@@ -249,15 +312,16 @@ def _fix_passes(doc, text, unsafe: bool, shown: str, max_passes: int = MAX_PASSE
         if new in seen:  # a cycle: two fixes undoing each other
             break
         seen.add(new)
-        result.applied.extend(_applied(f) for f in chosen)
+        result.applied.extend(_applied(f, origin[id(f)][4]) for f in chosen)
+        reported.advance([origin[id(f)] for f in chosen], [(f.fix.cell, e) for f in chosen for e in f.fix.edits])
         cur = new
         findings = after
     result.fixed = cur
     return result
 
 
-def _applied(f: Finding) -> AppliedFix:
-    return AppliedFix(f.code, f.name, f.line, f.fix.message, f.fix.applicability, f.fingerprint)
+def _applied(f: Finding, reported_line: Optional[int] = None) -> AppliedFix:
+    return AppliedFix(f.code, f.name, f.line, f.fix.message, f.fix.applicability, f.fingerprint, reported_line)
 
 
 # ------------------------------------------------------------------ files
