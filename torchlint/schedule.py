@@ -27,7 +27,8 @@ from __future__ import annotations
 import os
 import re
 import sys
-from typing import Optional
+from dataclasses import dataclass, field
+from typing import Any, Optional
 
 from .project import Aspect, note_args_entry
 
@@ -563,6 +564,27 @@ class InlinePool:
         pass
 
 
+@dataclass(eq=False)
+class _Worker:
+    """A worker process as the pool sees it."""
+
+    proc: Any
+    conn: Any
+    synced: int = 0  # how much of the pool's log of exports it has heard
+    tasks: list = field(default_factory=list)  # files sent to it and not answered yet, in order
+    again: list = field(default_factory=list)  # files it keeps, queued for a check
+    kept: int = 0  # bytes of source of the files it keeps
+
+
+@dataclass
+class _Kept:
+    """A file whose worker keeps its tree for a later check."""
+
+    worker: _Worker
+    waits: Optional[set]  # the files it waits for; None once queued for its check
+    asked: set  # the files it asked about
+
+
 class OrderedPool:
     """``jobs`` worker processes kept for the whole run (every round of the engine)."""
 
@@ -571,7 +593,8 @@ class OrderedPool:
 
         methods = mp.get_all_start_methods()
         ctx = mp.get_context("fork" if "fork" in methods else methods[0])
-        self.ctx, self.files, self.base, self.workers = ctx, files, base, []
+        self.ctx, self.files, self.base = ctx, files, base
+        self.workers: list = []
         self.log: list = []  # exports of finished files, in the order they finished
         # files kept for a check, checks, and checks that linted the kept tree again
         self.stats = {"kept": 0, "checked": 0, "relinted": 0}
@@ -580,20 +603,22 @@ class OrderedPool:
         for _ in range(jobs):
             self._start()
 
-    def _start(self):
+    def _start(self) -> _Worker:
         parent, child = self.ctx.Pipe()
         args = (child, self.base)
         if self.ctx.get_start_method() == "fork":  # the child has copies of the pool's pipe ends: it closes them
-            args += (os.getpid(), [parent] + [w["conn"] for w in self.workers])
+            args += (os.getpid(), [parent] + [w.conn for w in self.workers])
         p = self.ctx.Process(target=_worker_main, args=args, daemon=True)
         p.start()
         child.close()
-        self.workers.append({"proc": p, "conn": parent, "synced": 0, "tasks": []})
+        w = _Worker(p, parent)
+        self.workers.append(w)
+        return w
 
     def publish(self, result) -> None:
         self.log.append(exports_of(result))
 
-    def _file_of(self, name: str):
+    def file_of(self, name: str):
         """The index of the tree file whose module holds ``name`` (its longest module prefix)."""
         head = name
         while head:
@@ -617,214 +642,232 @@ class OrderedPool:
         again (the model and the rules, not the parse) and the new result replaces the old.
         Each worker keeps at most ``_KEEP_BYTES`` of source; a file not kept stands as it is,
         and the engine's answer check lints it again if needed."""
-        from multiprocessing.connection import wait
-
-        from .engine import FileResult, InternalErrorRule
-        from .findings import path_token
-        from .findings import Finding, Span
-
-        waiting = {i: set(deps[i]) for i in order} if deps is not None else {}
-        pending = list(order)
-        pending_set = set(order)
-        done: set = set()
-        results: dict = {}
-        kept: dict = {}  # i -> [its worker, the files it waits for, the files it asked about]
-        checks: dict = {}  # i -> how many times it was checked again
-        published: dict = {}  # i -> where its last result is in the log
-        _WAIT = -1
-        sizes: dict = {}
-        for w in self.workers:
-            w["again"], w["kept"] = [], 0
-
-        def weight(i) -> int:
-            w = sizes.get(i)
-            if w is None:
-                try:
-                    w = os.path.getsize(self.files[i])
-                except OSError:
-                    w = 0
-                sizes[i] = w
-            return w
-
-        def next_task() -> Optional[int]:
-            """The first file (in order) whose imports are all done. When none of the next
-            ones is, wait if what the next file lacks is being linted right now (linting it
-            first would mean parsing it again), else take it anyway (an import cycle)."""
-            if not pending:
-                return None
-            best = None
-            for n in range(min(len(pending), 64)):
-                if not (waiting.get(pending[n], done) - done):
-                    # among the ready ones the largest first, so that no big file is left
-                    # for last while the other workers have nothing to do
-                    if best is None or weight(pending[n]) > weight(pending[best]):
-                        best = n
-            if best is not None:
-                pending_set.discard(pending[best])
-                return pending.pop(best)
-            missing = waiting.get(pending[0], done) - done
-            running = {i for w in self.workers for i in w["tasks"]}
-            if missing and missing <= running:
-                return _WAIT
-            pending_set.discard(pending[0])
-            return pending.pop(0)
-
-        in_order = {i: n for n, i in enumerate(order)}
-
-        def asked_files(r) -> set:
-            asked = set()
-            for aspect, name in r.queries:
-                if aspect is Aspect.MODULES:
-                    continue
-                j = self._file_of(name)
-                if j is not None and j in in_order:
-                    asked.add(j)
-            return asked
-
-        def to_front(asked) -> None:
-            """The modules a finished file asked about and nobody has started go to the front
-            (taken as soon as they are ready): the files after it that import them too will
-            find their answers. A file asking about a later module is a sign of an import
-            cycle ordered the wrong way round for it."""
-            front = [j for j in asked if j in pending_set]
-            if front:
-                front.sort(key=in_order.__getitem__)
-                for j in front:
-                    pending.remove(j)
-                pending[:0] = front
-
-        def check_again(i) -> None:
-            if i in kept and kept[i][1] is not None:
-                kept[i][1] = None  # queued
-                kept[i][0]["again"].append(i)
-
-        def keep(w, i, r, awaited) -> bool:
-            """Whether ``w`` keeps the tree of ``i`` for a later check."""
-            if checks.get(i, 0) >= _MAX_CHECKS or w["kept"] + weight(i) > _KEEP_BYTES:
-                return False
-            files = {self._file_of(k) for k in awaited} - {None, i}
-            waits = {j for j in files if j in in_order and j not in done}
-            # done since the worker last heard: it will hear with the check (the others it
-            # heard of already: a file the prefilter skipped exports nothing)
-            news = {j for j in files & done if published[j] >= w["synced"]}
-            if not waits and not news:
-                return False
-            kept[i] = [w, waits, asked_files(r)]
-            w["kept"] += weight(i)
-            self.stats["kept"] += 1
-            if waits:
-                to_front(waits)
-            else:  # done meanwhile, and this worker has not heard yet: check now
-                check_again(i)
-            return True
-
-        def finish(i, r) -> None:
-            """Publish a result: a file done, or linted again with a new result."""
-            first = i not in done
-            results[i] = r
-            done.add(i)
-            published[i] = len(self.log)
-            self.publish(r)
-            if first:
-                to_front(asked_files(r))
-                if progress is not None:
-                    progress(1)
-            for j, (_, files, asked) in list(kept.items()):
-                if files is None or j == i:
-                    continue
-                if first and i in files:
-                    files.discard(i)
-                    if not files:
-                        check_again(j)
-                elif not first and i in asked:
-                    check_again(j)  # it asked about a file whose result changed
-
-        def post(w, msg) -> None:
-            try:
-                w["conn"].send(msg)
-            except (OSError, ValueError):
-                pass  # it died: waiting for its result finds out (EOF), and re-queues its files
-
-        def send(w) -> bool:
-            if w["again"]:
-                i, kind = w["again"].pop(0), "again"
-            else:
-                i, kind = next_task(), "lint"
-                if i is None or i == _WAIT:
-                    return False
-            delta = self.log[w["synced"]:]
-            w["synced"] = len(self.log)
-            w["tasks"].append(i)
-            post(w, (kind, i, self.files[i], opts_for(i), delta))
-            return True
-
-        def feed() -> None:
-            # every idle worker gets a file; then, while many files are left, each busy one
-            # gets its next file too, so that it never waits for this process between two
-            # files (near the end, a file queued behind a long one would idle another worker)
-            for w in self.workers:
-                if not w["tasks"]:
-                    send(w)
-            if len(pending) > _QUEUE_AHEAD_WHILE * len(self.workers):
-                for w in self.workers:
-                    if len(w["tasks"]) < 2:
-                        send(w)
-
-        def worker_died(w) -> int:
-            i = w["tasks"].pop(0)
-            # queued behind the one it died on: lint them again (what it kept is lost; those
-            # results stand)
-            lost = [j for j in w["tasks"] if j not in done]
-            for j in [j for j, k in kept.items() if k[0] is w]:
-                del kept[j]
-            pending[:0] = [j for j in lost if j not in pending_set]
-            pending_set.update(lost)
-            self.workers.remove(w)
-            self._start()
-            self.workers[-1]["again"], self.workers[-1]["kept"] = [], 0
-            return i
-
-        feed()
-        while any(w["tasks"] for w in self.workers):
-            busy = {w["conn"]: w for w in self.workers if w["tasks"]}
-            for conn in wait(list(busy)):
-                w = busy[conn]
-                try:
-                    i, r, awaited = conn.recv()
-                    w["tasks"].remove(i)
-                except (EOFError, OSError):  # the worker died (killed, out of memory)
-                    i = worker_died(w)
-                    if i in done:  # checking a kept file: its result stands
-                        continue
-                    r = FileResult(path_token(self.files[i]))
-                    r.internal_error = True
-                    r.findings.append(Finding("TL000", InternalErrorRule.name,
-                                              "internal error: the worker process linting this file died",
-                                              r.path, Span.of(1, 0, 1, 0)))
-                    awaited = []
-                if i in kept:  # a check of a kept file
-                    del kept[i]
-                    w["kept"] -= weight(i)
-                    checks[i] = checks.get(i, 0) + 1
-                    self.stats["checked"] += 1
-                    self.stats["relinted"] += r is not None
-                if r is not None:
-                    finish(i, r)
-                if awaited and not keep(w, i, r if r is not None else results[i], awaited):
-                    post(w, ("drop", i))
-            feed()
-        for i, (w, _, _) in kept.items():
-            post(w, ("drop", i))
-            w["kept"] -= weight(i)
-        return results
+        return _Round(self, order, opts_for, deps, progress).run()
 
     def close(self) -> None:
         for w in self.workers:
             try:
-                w["conn"].send(None)
+                w.conn.send(None)
             except (OSError, ValueError):
                 pass
         for w in self.workers:
-            w["proc"].join(timeout=5)
-            if w["proc"].is_alive():
-                w["proc"].kill()
+            w.proc.join(timeout=5)
+            if w.proc.is_alive():
+                w.proc.kill()
+
+
+_WAIT = -1  # (next_task) nothing to send now: the next file waits for files being linted
+
+
+class _Round:
+    """One ``OrderedPool.run``: the queue of files, the files done and the files kept."""
+
+    def __init__(self, pool: OrderedPool, order, opts_for, deps, progress):
+        self.pool, self.opts_for, self.progress = pool, opts_for, progress
+        self.waiting = {i: set(deps[i]) for i in order} if deps is not None else {}
+        self.pending = list(order)
+        self.pending_set = set(order)
+        self.in_order = {i: n for n, i in enumerate(order)}
+        self.done: set = set()
+        self.results: dict = {}
+        self.kept: dict = {}  # i -> _Kept
+        self.checks: dict = {}  # i -> how many times it was checked again
+        self.published: dict = {}  # i -> where its last result is in the log
+        self.sizes: dict = {}
+        for w in pool.workers:
+            w.again, w.kept = [], 0
+
+    def weight(self, i) -> int:
+        w = self.sizes.get(i)
+        if w is None:
+            try:
+                w = os.path.getsize(self.pool.files[i])
+            except OSError:
+                w = 0
+            self.sizes[i] = w
+        return w
+
+    def next_task(self) -> Optional[int]:
+        """The first file (in order) whose imports are all done. When none of the next
+        ones is, wait if what the next file lacks is being linted right now (linting it
+        first would mean parsing it again), else take it anyway (an import cycle)."""
+        pending, done = self.pending, self.done
+        if not pending:
+            return None
+        best = None
+        for n in range(min(len(pending), 64)):
+            if not (self.waiting.get(pending[n], done) - done):
+                # among the ready ones the largest first, so that no big file is left
+                # for last while the other workers have nothing to do
+                if best is None or self.weight(pending[n]) > self.weight(pending[best]):
+                    best = n
+        if best is not None:
+            self.pending_set.discard(pending[best])
+            return pending.pop(best)
+        missing = self.waiting.get(pending[0], done) - done
+        running = {i for w in self.pool.workers for i in w.tasks}
+        if missing and missing <= running:
+            return _WAIT
+        self.pending_set.discard(pending[0])
+        return pending.pop(0)
+
+    def asked_files(self, r) -> set:
+        asked = set()
+        for aspect, name in r.queries:
+            if aspect is Aspect.MODULES:
+                continue
+            j = self.pool.file_of(name)
+            if j is not None and j in self.in_order:
+                asked.add(j)
+        return asked
+
+    def to_front(self, asked) -> None:
+        """The modules a finished file asked about and nobody has started go to the front
+        (taken as soon as they are ready): the files after it that import them too will
+        find their answers. A file asking about a later module is a sign of an import
+        cycle ordered the wrong way round for it."""
+        front = [j for j in asked if j in self.pending_set]
+        if front:
+            front.sort(key=self.in_order.__getitem__)
+            for j in front:
+                self.pending.remove(j)
+            self.pending[:0] = front
+
+    def check_again(self, i) -> None:
+        k = self.kept.get(i)
+        if k is not None and k.waits is not None:
+            k.waits = None  # queued
+            k.worker.again.append(i)
+
+    def keep(self, w: _Worker, i, r, awaited) -> bool:
+        """Whether ``w`` keeps the tree of ``i`` for a later check."""
+        if self.checks.get(i, 0) >= _MAX_CHECKS or w.kept + self.weight(i) > _KEEP_BYTES:
+            return False
+        files = {self.pool.file_of(k) for k in awaited} - {None, i}
+        waits = {j for j in files if j in self.in_order and j not in self.done}
+        # done since the worker last heard: it will hear with the check (the others it
+        # heard of already: a file the prefilter skipped exports nothing)
+        news = {j for j in files & self.done if self.published[j] >= w.synced}
+        if not waits and not news:
+            return False
+        self.kept[i] = _Kept(w, waits, self.asked_files(r))
+        w.kept += self.weight(i)
+        self.pool.stats["kept"] += 1
+        if waits:
+            self.to_front(waits)
+        else:  # done meanwhile, and this worker has not heard yet: check now
+            self.check_again(i)
+        return True
+
+    def finish(self, i, r) -> None:
+        """Publish a result: a file done, or linted again with a new result."""
+        first = i not in self.done
+        self.results[i] = r
+        self.done.add(i)
+        self.published[i] = len(self.pool.log)
+        self.pool.publish(r)
+        if first:
+            self.to_front(self.asked_files(r))
+            if self.progress is not None:
+                self.progress(1)
+        for j, k in list(self.kept.items()):
+            if k.waits is None or j == i:
+                continue
+            if first and i in k.waits:
+                k.waits.discard(i)
+                if not k.waits:
+                    self.check_again(j)
+            elif not first and i in k.asked:
+                self.check_again(j)  # it asked about a file whose result changed
+
+    @staticmethod
+    def post(w: _Worker, msg) -> None:
+        try:
+            w.conn.send(msg)
+        except (OSError, ValueError):
+            pass  # it died: waiting for its result finds out (EOF), and re-queues its files
+
+    def send(self, w: _Worker) -> bool:
+        if w.again:
+            i, kind = w.again.pop(0), "again"
+        else:
+            i, kind = self.next_task(), "lint"
+            if i is None or i == _WAIT:
+                return False
+        delta = self.pool.log[w.synced:]
+        w.synced = len(self.pool.log)
+        w.tasks.append(i)
+        self.post(w, (kind, i, self.pool.files[i], self.opts_for(i), delta))
+        return True
+
+    def feed(self) -> None:
+        # every idle worker gets a file; then, while many files are left, each busy one
+        # gets its next file too, so that it never waits for this process between two
+        # files (near the end, a file queued behind a long one would idle another worker)
+        workers = self.pool.workers
+        for w in workers:
+            if not w.tasks:
+                self.send(w)
+        if len(self.pending) > _QUEUE_AHEAD_WHILE * len(workers):
+            for w in workers:
+                if len(w.tasks) < 2:
+                    self.send(w)
+
+    def worker_died(self, w: _Worker) -> int:
+        i = w.tasks.pop(0)
+        # queued behind the one it died on: lint them again (what it kept is lost; those
+        # results stand)
+        lost = [j for j in w.tasks if j not in self.done]
+        for j in [j for j, k in self.kept.items() if k.worker is w]:
+            del self.kept[j]
+        self.pending[:0] = [j for j in lost if j not in self.pending_set]
+        self.pending_set.update(lost)
+        self.pool.workers.remove(w)
+        self.pool._start()
+        return i
+
+    def died_result(self, i):
+        from .engine import FileResult, InternalErrorRule
+        from .findings import Finding, Span, path_token
+
+        r = FileResult(path_token(self.pool.files[i]))
+        r.internal_error = True
+        r.findings.append(Finding("TL000", InternalErrorRule.name,
+                                  "internal error: the worker process linting this file died",
+                                  r.path, Span.of(1, 0, 1, 0)))
+        return r
+
+    def receive(self, w: _Worker) -> None:
+        """A worker's answer: a result, a check's outcome, or its death."""
+        try:
+            i, r, awaited = w.conn.recv()
+            w.tasks.remove(i)
+        except (EOFError, OSError):  # the worker died (killed, out of memory)
+            i = self.worker_died(w)
+            if i in self.done:  # checking a kept file: its result stands
+                return
+            r, awaited = self.died_result(i), []
+        if i in self.kept:  # a check of a kept file
+            del self.kept[i]
+            w.kept -= self.weight(i)
+            self.checks[i] = self.checks.get(i, 0) + 1
+            self.pool.stats["checked"] += 1
+            self.pool.stats["relinted"] += r is not None
+        if r is not None:
+            self.finish(i, r)
+        if awaited and not self.keep(w, i, r if r is not None else self.results[i], awaited):
+            self.post(w, ("drop", i))
+
+    def run(self) -> dict:
+        from multiprocessing.connection import wait
+
+        self.feed()
+        while any(w.tasks for w in self.pool.workers):
+            busy = {w.conn: w for w in self.pool.workers if w.tasks}
+            for conn in wait(list(busy)):
+                self.receive(busy[conn])
+            self.feed()
+        for i, k in self.kept.items():
+            self.post(k.worker, ("drop", i))
+            k.worker.kept -= self.weight(i)
+        return self.results
