@@ -192,3 +192,68 @@ def test_the_code_digest_covers_the_rules_and_the_engine():
     assert any(f.endswith("mode.py") and os.path.exists(os.path.join(os.path.dirname(f), "autograd.py"))
                for f in files)  # the rules' modules
     assert code_digest() == code_digest()
+
+
+class _MemoryStore:
+    """A result store in memory: the engine needs nothing of a cache but ``cache.Store``."""
+
+    def __init__(self):
+        self.results, self.hits = {}, 0
+
+    def _key(self, path, opts):
+        with open(path, "rb") as fh:
+            return os.path.abspath(path), fh.read(), opts.fingerprint()
+
+    def get(self, path, opts):
+        import copy
+
+        r = self.results.get(self._key(path, opts))
+        self.hits += r is not None
+        return copy.deepcopy(r)
+
+    def put(self, path, opts, result):
+        import copy
+
+        self.results[self._key(path, opts)] = copy.deepcopy(result)
+
+    def get_run(self, files, opts):
+        return None
+
+    def put_run(self, files, opts, results):
+        pass
+
+    def last_exports(self, path, opts):
+        return None
+
+    def files_gone_since_last_run(self, files, opts):
+        return True
+
+    def flush(self):
+        pass
+
+
+def test_a_cache_is_a_store_behind_a_small_protocol(tmp_path, monkeypatch):
+    import libcst
+
+    from torchlint.cache import Cache, Store
+    from torchlint.engine import LintOptions, run
+    from torchlint.selection import enabled_codes
+
+    methods = {n for n in vars(Store) if not n.startswith("_")}
+    assert methods == {"get", "put", "get_run", "put_run", "last_exports", "files_gone_since_last_run", "flush"}
+    assert all(callable(getattr(Cache, n)) for n in methods)
+    _write(tmp_path, EVAL_HELPER)
+    main_py = (tmp_path / "main.py").read_text()
+    (tmp_path / "main.py").write_text(main_py.replace("with torch.no_grad():", "if True:"))
+    files = [str(tmp_path / "helpers.py"), str(tmp_path / "main.py")]
+    opts = LintOptions(frozenset(enabled_codes(["TL"], [], [])))
+    shown = lambda results: [(f.path, f.code, f.line) for r in results for f in r.findings]  # noqa: E731
+    cold = shown(run(files, opts))
+    assert ("helpers.py", "TL302", 3) in [(os.path.basename(p), c, n) for p, c, n in cold]
+    store = _MemoryStore()
+    assert shown(run(files, opts, cache=store)) == cold
+    parses = []
+    real = libcst.parse_module
+    monkeypatch.setattr(libcst, "parse_module", lambda *a, **k: parses.append(1) or real(*a, **k))
+    assert shown(run(files, opts, cache=store)) == cold
+    assert store.hits == 2 and not parses

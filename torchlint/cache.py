@@ -24,7 +24,7 @@ import mmap
 import os
 import tempfile
 import time
-from typing import Optional
+from typing import Optional, Protocol
 
 from . import __version__, integrity
 from .discover import abspath
@@ -40,7 +40,35 @@ MAX_AGE_S = 30 * 24 * 3600
 KEEP_SNAPSHOTS = 8
 PRUNE_EVERY_S = 24 * 3600
 
+class Store(Protocol):
+    """What ``engine.run`` asks of a store of results (``Cache`` is the one torchlint has):
+    results by file and options, the last run's results, and what a file exported then."""
+
+    def get(self, path: str, opts):
+        """The result of ``path`` as it is now, linted with ``opts``, or None."""
+
+    def put(self, path: str, opts, result) -> None:
+        """Store ``result``, of ``path`` as it is now."""
+
+    def get_run(self, files, opts) -> Optional[list]:
+        """The results of the last run if it linted exactly ``files``, unchanged."""
+
+    def put_run(self, files, opts, results) -> None:
+        """Remember this run's results (for ``get_run``, ``last_exports``)."""
+
+    def last_exports(self, path: str, opts) -> Optional[tuple]:
+        """What ``path`` exported in the last run: (module key, exports), or None."""
+
+    def files_gone_since_last_run(self, files, opts) -> bool:
+        """Whether a file of the last run is not among ``files`` (True when unknown)."""
+
+    def flush(self) -> None:
+        """Write what is pending (the end of a run)."""
+
+
 class Cache:
+    """The result store in a cache directory (a :class:`Store`)."""
+
     def __init__(self, directory: str):
         self.dir = directory
         self._ready = False

@@ -12,7 +12,7 @@ import json
 import os
 import traceback
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from . import __version__
 from .findings import Finding, Span, display_path, path_token, render_result  # noqa: F401 (display_path)
@@ -21,6 +21,9 @@ from .project import ProjectIndex, ProjectView, Workspace, may_depend, questions
 from .rule import InternalErrorRule, NotAnalysedRule, SyntaxErrorRule, UnusedNoqaRule, all_rules
 from .source import SourceError, read_source
 from .suppress import Directive, is_suppressed, parse_noqa
+
+if TYPE_CHECKING:
+    from .cache import Store
 
 # Prefilter: a file containing none of these cannot produce a finding or a useful summary.
 _SUMMARY_TRIGGERS = (b".train(", b".eval(", b"zero_grad", b"backward", b".step(", b".to(",
@@ -45,6 +48,8 @@ class FileResult:
     # the file's ``# noqa`` directives (``noqa_record``), applied when the result is reported;
     # None where none apply (a file that did not parse, was not analysed or was prefiltered)
     noqa: Optional[dict] = None
+    # a result of the last run's snapshot (``Cache.get``): consistent with the others of that run
+    from_last_run: bool = False
 
     def to_json(self) -> dict:
         return {
@@ -88,7 +93,7 @@ class FileResult:
             path=d["path"], findings=[Finding.from_dict(x) for x in findings] if findings else [],
             error=d["error"], internal_error=d["internal_error"], answers=d.get("answers", ""),
             module=d.get("module", ""), parsed=bool(d.get("parsed", True)), noqa=d.get("noqa"),
-            _lazy=source)
+            from_last_run=False, _lazy=source)
         return r
 
     def is_lazy(self) -> bool:
@@ -656,7 +661,7 @@ def _exports_since_last_run(cache, path: str, result, opts) -> str:
     ``"new"`` when its module was not in the last run (as far as the cache knows: it may
     change how imports resolve), else ``"changed"``."""
     if result.is_lazy():  # a result of the last run's snapshot, unread
-        return "same" if getattr(result, "from_last_run", False) else "changed"
+        return "same" if result.from_last_run else "changed"
     last = cache.last_exports(path, opts) if cache is not None else None
     if last is None or last[0] != result.module:
         return "new"
@@ -693,7 +698,7 @@ def _read_bytes(path: str) -> Optional[bytes]:
         return None
 
 
-def run(files, opts: LintOptions, jobs: int = 1, cache=None, progress=None,
+def run(files, opts: LintOptions, jobs: int = 1, cache: Optional["Store"] = None, progress=None,
         workspace: Optional[Workspace] = None) -> list:
     """Lint ``files``; returns FileResults in the order of ``files``.
 
@@ -701,7 +706,7 @@ def run(files, opts: LintOptions, jobs: int = 1, cache=None, progress=None,
     finished before it; then the files whose cross-module answers changed are linted again
     until nothing changes (at most a few rounds). ``progress``, if given, is called with 1
     for each file of the first pass. ``workspace`` (of ``files``), if given, holds the
-    project index of the results when it returns."""
+    project index of the results when it returns. ``cache`` is a ``cache.Store``."""
     import gc
 
     from .discover import forget_packages
@@ -793,7 +798,7 @@ def _run(files, opts: LintOptions, jobs: int, cache, progress, workspace) -> lis
         # different runs (those of the last run's snapshot agree with each other)
         gone = cache is None or cache.files_gone_since_last_run(files, opts)
         fresh = set(order) | {i for i, r in enumerate(results)
-                              if i not in todo_set and not getattr(r, "from_last_run", False)}
+                              if i not in todo_set and not r.from_last_run}
         # later passes: re-lint the files whose cross-module answers changed
         for _ in range(3):
             workspace.merge(results)

@@ -415,10 +415,10 @@ def fix_files(runner, files, unsafe: bool = False, diff: bool = False, show: boo
     opts = runner.opts
     # the workspace of ``check``: the same module table, exports and calls between modules
     workspace = Workspace(files)
-    results = run(files, opts, jobs=getattr(runner, "jobs", 1) or 1, cache=getattr(runner, "cache", None),
+    results = run(files, opts, jobs=runner.jobs or 1, cache=runner.cache,
                   workspace=workspace)
     project = workspace.index
-    allowed = fixable_codes(runner.cfg) if getattr(runner, "cfg", None) is not None else None
+    allowed = fixable_codes(runner.cfg) if runner.cfg is not None else None
     diffs = []
     nb_fixed = 0
     for path, res in zip(files, results):
