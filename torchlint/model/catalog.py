@@ -92,6 +92,17 @@ MODEL_FACTORY_SUFFIXES = (".from_pretrained",)
 
 # torch.nn classes that are not modules we train (containers and layers are modules)
 NN_NON_MODULES = {"torch.nn.Parameter", "torch.nn.ParameterList", "torch.nn.ParameterDict"}
+PARAMETER_CLASSES = ("torch.nn.Parameter", "torch.nn.parameter.Parameter")
+
+# Model wrappers: ``wrapper(model, ...)`` is the model (its modes, its outputs, its device).
+# Data parallelism: the wrapper scatters its inputs to the model's devices.
+DATA_PARALLEL = frozenset({
+    "torch.nn.DataParallel", "torch.nn.parallel.DataParallel", "torch.nn.DistributedDataParallel",
+    "torch.nn.parallel.DistributedDataParallel", "torch.nn.parallel.distributed.DistributedDataParallel"})
+MODEL_WRAPPERS = DATA_PARALLEL | {"torch.compile", "torch.jit.script", "torch.nn.SyncBatchNorm.convert_sync_batchnorm"}
+# methods of a module that return the module itself
+MODULE_SELF_METHODS = frozenset({"to", "cuda", "cpu", "train", "eval", "half", "float", "double", "bfloat16",
+                                 "requires_grad_", "to_empty", "share_memory"})
 
 GRAD_OFF_CONTEXTS = {"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad",
                      "torch.autograd.grad_mode.no_grad", "torch.autograd.inference_mode"}

@@ -535,7 +535,7 @@ class Dataflow:
             d = dotted(func)
             if d in ("float", "int"):
                 out = frozenset({"scalar"})
-            elif d == "nn.Parameter" or q in ("torch.nn.Parameter", "torch.nn.parameter.Parameter"):
+            elif d == "nn.Parameter" or q in catalog.PARAMETER_CLASSES:
                 out = frozenset({"param"})
             else:
                 out = EMPTY
@@ -946,11 +946,8 @@ def _values_indices_call(value) -> bool:
 
 
 # -------------------------------------------------------------------- what a model returns
-_PASSTHROUGH = {"to", "cuda", "cpu", "train", "eval", "half", "float", "double", "bfloat16",
-                "requires_grad_", "to_empty", "share_memory"}
-_MODEL_WRAPPERS = {"torch.nn.DataParallel", "torch.nn.parallel.DistributedDataParallel",
-                   "torch.nn.parallel.DataParallel", "torch.compile", "torch.jit.script",
-                   "torch.nn.SyncBatchNorm.convert_sync_batchnorm", "copy.deepcopy"}
+_PASSTHROUGH = catalog.MODULE_SELF_METHODS
+_MODEL_WRAPPERS = catalog.MODEL_WRAPPERS | {"copy.deepcopy"}  # a copy of a model returns what it returns
 _LAYER_OUTPUT = {
     "torch.nn.Softmax": "probs", "torch.nn.Softmax2d": "probs", "torch.nn.LogSoftmax": "logprobs",
     "torch.nn.Sigmoid": "sigmoid", "torch.nn.Linear": "logits", "torch.nn.LazyLinear": "logits",

@@ -37,9 +37,7 @@ from .ir import (
 ITER_WRAPPERS = ("enumerate", "tqdm", "tqdm.tqdm", "tqdm.auto.tqdm", "iter", "trange",
                  "tqdm.notebook.tqdm", "progress_bar", "track")
 PREPARE_METHODS = ("prepare", "prepare_data_loader", "setup_dataloaders", "setup_dataloader")
-DP_WRAPPERS = {"torch.nn.DataParallel", "torch.nn.parallel.DataParallel",
-               "torch.nn.parallel.DistributedDataParallel", "torch.nn.DistributedDataParallel",
-               "torch.nn.parallel.distributed.DistributedDataParallel"}
+DP_WRAPPERS = catalog.DATA_PARALLEL
 ANOMALY_SET = {"torch.autograd.set_detect_anomaly", "torch.autograd.anomaly_mode.set_detect_anomaly",
                "torch.set_anomaly_enabled", "torch.autograd.grad_mode.set_detect_anomaly"}
 ANOMALY_CTX = {"torch.autograd.detect_anomaly", "torch.autograd.anomaly_mode.detect_anomaly"}
@@ -1354,8 +1352,7 @@ class _ForwardDevice:
             for path, ops in cls.attr_values.items():
                 for o in ops:
                     v = o.value
-                    if isinstance(v, cst.Call) and self.mm.qualify(dotted(v.func)) in (
-                            "torch.nn.Parameter", "torch.nn.parameter.Parameter"):
+                    if isinstance(v, cst.Call) and self.mm.qualify(dotted(v.func)) in catalog.PARAMETER_CLASSES:
                         self.self_tensors.add(path)
             for m in cls.methods.values():
                 for o in walk(m.body):

@@ -17,11 +17,8 @@ from .ir import (
 # (role, info) where info is the loss kind for LOSS, the class name for MODEL
 Role = tuple
 
-_PASSTHROUGH_METHODS = {"to", "cuda", "cpu", "train", "eval", "half", "float", "double", "bfloat16",
-                        "to_empty", "requires_grad_", "share_memory"}
-_WRAPPERS = {"torch.nn.DataParallel", "torch.nn.parallel.DistributedDataParallel",
-             "torch.nn.parallel.DataParallel", "torch.compile", "torch.jit.script",
-             "torch.nn.SyncBatchNorm.convert_sync_batchnorm", "torch.nn.DistributedDataParallel"}
+_PASSTHROUGH_METHODS = catalog.MODULE_SELF_METHODS
+_WRAPPERS = catalog.MODEL_WRAPPERS
 _PREPARE = {"prepare", "setup", "prepare_model", "prepare_optimizer", "prepare_data_loader",
             "unwrap_model", "setup_dataloaders"}
 _EVAL_NAME = re.compile(r"(^|_)(eval|evaluate|evaluation|valid|validate|validation|val|test|testing|"
