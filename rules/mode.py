@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from torchlint.findings import Related
-from torchlint.model.flow import CHOSEN, ENTRY, norm_path
+from torchlint.model.flow import ENTRY, norm_path
 from torchlint.model.ir import BACKWARD, CALL, FORWARD, GRAD_OFF, GRAD_ON, GRAD_UNKNOWN, STEP, LoopOp, CallOp, all_ops, walk
 from torchlint.model.queries import (
     analysable_functions, evaluates_after_training, is_kind, iteration, local_function, reaches_backward,
@@ -23,14 +23,13 @@ def _functions(mm):
 def _origin_text(mm, origin) -> str:
     if origin is None:
         return "the model was built (modules start in train mode)"
-    if isinstance(origin, tuple):
-        text, node = origin[0], origin[1]
-        if "{}" in text:
-            return text.format(mm.line_of(node))
-        return f"{text} at line {mm.line_of(node)}"
-    text = str(origin)
-    here = f" at {mm.display_path}:"
-    return text.replace(here, " at line ") if here in text else text  # a helper of this module
+    if origin.node is not None:
+        if "{}" in origin.text:
+            return origin.text.format(mm.line_of(origin.node))
+        return f"{origin.text} at line {mm.line_of(origin.node)}"
+    if origin.path == mm.display_path:  # a helper of this module
+        return f"{origin.text} at line {origin.line}"
+    return f"{origin.text} at {origin.path}:{origin.line}"
 
 
 def _in_training(mm, op) -> bool:
@@ -54,17 +53,16 @@ def _feeds_backward(mm, fn, loop) -> bool:
 def _sorted(mm, origins) -> list:
     """Origins in a stable order (modes are sets): explicit switches first, then by line."""
     def key(o):
-        if isinstance(o, tuple):
-            text = o[0]
-            conditional = text.endswith((".train()`",)) and "eval" not in text
-            return (1 if conditional else 0, mm.line_of(o[1]), text)
-        return (2, 0, str(o))
+        if o is not None and o.node is not None:
+            conditional = o.text.endswith((".train()`",)) and "eval" not in o.text
+            return (1 if conditional else 0, mm.line_of(o.node), o.text)
+        return (2, 0, "" if o is None else f"{o.text} at {o.path}:{o.line}")
     return sorted(origins, key=key)
 
 
 def _chosen(origin) -> bool:
     """The mode was chosen by a condition on purpose (``if training: model.train() else: model.eval()``)."""
-    return isinstance(origin, tuple) and len(origin) > 2 and origin[2] == CHOSEN
+    return origin is not None and origin.chosen
 
 
 def _in_update_loop(mm, fn, op) -> bool:
@@ -216,7 +214,7 @@ def _first_eval_forward(fn, key: str):
 def _insert_eval(fn, op, target, train_origins=()):
     """Insert ``target.eval()`` where the evaluation runs: after the switches to train mode
     that reach it (``train_origins``), so that none of them undoes it."""
-    undone_by = tuple(o[1] for o in train_origins if isinstance(o, tuple) and len(o) > 1 and o[1] is not None)
+    undone_by = tuple(o.node for o in train_origins if o is not None and o.node is not None)
 
     def make(mm):
         from torchlint.fixes import insert_before_loop_or_stmt
@@ -323,7 +321,7 @@ def _insert_train(fn, op, target, origin=None):
         from torchlint.model.ir import MODE
 
         code, msg = f"{target}.train()", f"Insert `{target}.train()`"
-        node = origin[1] if isinstance(origin, tuple) and len(origin) >= 2 else None
+        node = origin.node if origin is not None else None
         where = None
         if node is not None:
             try:

@@ -429,7 +429,8 @@ def test_helper_exit_mode_flows_into_caller():
     assert modes_at(mm, main, "model") == [[ENTRY, "eval"]]
     origins = [o for m, o in mm.flow(main).at[id(next(op for op in calls_of(main) if op.kind == FORWARD))]
                if m == "eval"]
-    assert "`evaluate()` at train.py:4" in origins[0]
+    assert (origins[0].text, origins[0].line) == ("`evaluate()`", 4)
+    assert origins[0].path == mm.display_path and origins[0].node is None
 
 
 # --------------------------------------------------------------------------- summaries
@@ -467,7 +468,7 @@ def test_summaries():
     e = mm.summary_of(fn_named(mm, "evaluate"))
     assert e["evals_in_entry"] == ["model"] and e["grad"] == GRAD_OFF and e["exit_modes"] == {}
     v = mm.summary_of(fn_named(mm, "validate_and_restore"))
-    assert {k: m for k, (m, _) in v["exit_modes"].items()} == {"model": "train"}
+    assert {k: e[0] for k, e in v["exit_modes"].items()} == {"model": "train"}
     assert v["evals_in_entry"] == []  # it sets eval itself before calling evaluate()
     g = mm.summary_of(fn_named(mm, "grads_for_inputs"))
     assert g["backward"] is True and g["backward_inherits_grad"] is False
@@ -497,7 +498,7 @@ def test_closure_summary_reports_enclosing_variable_modes():
     est = fn_named(mm, "main.<locals>.estimate_loss")
     s = mm.summary_of(est)
     assert s["free"] == ["model"]
-    assert {k: m for k, (m, _) in s["exit_modes"].items()} == {"model": "eval"}
+    assert {k: e[0] for k, e in s["exit_modes"].items()} == {"model": "eval"}
     main = fn_named(mm, "main")
     assert modes_at(mm, main, "model") == [["eval", "train"]]
 
@@ -514,13 +515,11 @@ def test_mode_chosen_by_a_condition_is_marked_as_deliberate():
             with torch.inference_mode():
                 return model(x)
     """)
-    from torchlint.model.flow import CHOSEN
-
     fn = fn_named(mm, "export")
     fwd = next(op for op in calls_of(fn) if op.kind == FORWARD)
     modes = mm.flow(fn).at[id(fwd)]
     assert sorted(m for m, _ in modes) == ["eval", "train"]
-    assert all(o[2] == CHOSEN for _, o in modes)
+    assert all(o.chosen for _, o in modes)
 
 
 def test_chained_eval_in_assignment_sets_the_mode():

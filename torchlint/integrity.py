@@ -261,9 +261,10 @@ def _fields(d, types: dict) -> bool:
         elif t is list:
             if not all(type(s) is str for s in v):
                 return False
-        elif t is dict:  # exit_modes: {parameter: [mode, where it is set]}
+        elif t is dict:  # exit_modes: {parameter: [mode, function, path, line]} (where it is set)
             for m in v.values():
-                if type(m) is not list or len(m) != 2 or m[0] not in _MODES or type(m[1]) is not str:
+                if type(m) is not list or len(m) != 4 or m[0] not in _MODES or type(m[1]) is not str \
+                        or type(m[2]) is not str or not _nat(m[3]):
                     return False
         elif t is int and not _nat(v):
             return False

@@ -9,10 +9,13 @@ A *summary* condenses a function for its callers: the mode it leaves each parame
 ``self`` attribute in, whether it trains or evaluates a model in the mode it was given,
 whether it clears gradients, steps, runs backward.  Summaries are plain dicts, so they can
 be cached and shipped between processes; the project table resolves calls across modules.
+The mode a function leaves a model in says where it was set: ``[mode, function, path, line]``
+(a :class:`ModeOrigin` when read).
 """
 from __future__ import annotations
 
-from typing import Optional
+from dataclasses import dataclass
+from typing import Any, Optional
 
 import libcst as cst
 
@@ -25,7 +28,26 @@ from .ir import (
 
 ENTRY = "entry"
 CHOSEN = "chosen"  # marks a mode picked by a condition (if training: train() else: eval())
-State = dict  # path -> frozenset[(mode, origin)]
+State = dict  # path -> frozenset[(mode, ModeOrigin)]
+
+
+@dataclass(frozen=True)
+class ModeOrigin:
+    """Where a model's mode was set: a call or an assignment of this module (``node``; the
+    position is rendered in the message, ``text`` may hold ``{}`` for its line), or a function
+    whose summary says so (``text`` names it, at ``path``:``line``, a path token)."""
+
+    text: str
+    node: Any = None  # a libcst node (compared by identity)
+    chosen: bool = False  # picked by a condition on purpose (if training: train() else: eval())
+    path: str = ""
+    line: int = 0
+
+    @classmethod
+    def of_exit(cls, entry) -> "ModeOrigin":
+        """The origin of a summary's ``exit_modes`` entry ``[mode, function, path, line]``."""
+        _, name, path, line = entry
+        return cls(f"`{name}()`", path=path, line=line)
 
 
 def norm_path(p: Optional[str]) -> Optional[str]:
@@ -73,7 +95,7 @@ class ModeFlow:
             k = op.kind
             if k == MODE and op.target:
                 t = norm_path(op.target)
-                origin = (f"`{op.target}.{op.attr}()`", op.node)
+                origin = ModeOrigin(f"`{op.target}.{op.attr}()`", op.node)
                 st = dict(st)
                 if op.info in ("train", "eval"):
                     st[t] = frozenset({(op.info, origin)})
@@ -89,10 +111,10 @@ class ModeFlow:
                     exits = summ.get("exit_modes") or {}
                     if exits:
                         st = dict(st)
-                        for key, (mode, origin) in exits.items():
+                        for key, entry in exits.items():
                             path = argmap.get(key)
                             if path is not None:
-                                st[norm_path(path)] = frozenset({(mode, origin)})
+                                st[norm_path(path)] = frozenset({(entry[0], ModeOrigin.of_exit(entry))})
             return st
         if isinstance(op, AssignOp):
             if op.value is not None and op.aug is None and isinstance(op.value, cst.Call):
@@ -104,8 +126,8 @@ class ModeFlow:
                     for t in op.targets:
                         d = dotted(t)
                         if d:
-                            st[norm_path(d)] = frozenset({(chained, (f"`.{'eval' if chained == 'eval' else 'train'}()` "
-                                                                     f"in the assignment of `{d}`", node))})
+                            st[norm_path(d)] = frozenset({(chained, ModeOrigin(
+                                f"`.{'eval' if chained == 'eval' else 'train'}()` in the assignment of `{d}`", node))})
                     return st
                 wrapped = _wrapped_model(self.mm, self.fn, op.value)
                 if wrapped is not None:
@@ -169,7 +191,7 @@ class ModeFlow:
             modes = {next(iter(v))[0] for v in per_arm}
             if not {"train", "eval"} <= modes:
                 continue
-            origin = ("the mode chosen by the condition at line {}", br.node, CHOSEN)
+            origin = ModeOrigin("the mode chosen by the condition at line {}", br.node, chosen=True)
             res[path] = frozenset({(m, origin) for m in modes})
         return res
 
@@ -274,7 +296,7 @@ def summarize(mm, fn) -> dict:
     flow = mm.flow(fn)
     keys = [p for p in fn.params if not p.startswith("*") and p not in ("cls",)]
     free = free_names(mm, fn)
-    origin = f"`{fn.name}()` at {mm.display_path}:{mm.def_line(fn)}"
+    where = [fn.name, mm.display_path, mm.def_line(fn)]
     exit_modes = {}
     for path, modes in flow.final.items():
         key = _key_for(fn, path, keys, free)
@@ -282,7 +304,7 @@ def summarize(mm, fn) -> dict:
             continue
         ms = {m for m, _ in modes}
         if len(ms) == 1 and ENTRY not in ms:
-            exit_modes[key] = (ms.pop(), origin)
+            exit_modes[key] = [ms.pop(), *where]
     trains = any(True for _ in function_events(fn, (BACKWARD,)))
     # does it train / evaluate a model in the mode its caller gave it?
     trains_in_entry, evals_in_entry = set(), set()
