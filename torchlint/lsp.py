@@ -35,7 +35,7 @@ from . import __version__
 from .config import ConfigError, find_config_file, load_config
 from .docs import rule_markdown
 from .cache import Cache
-from .engine import DocumentMemo, LintOptions, lint_text, run
+from .engine import DocumentMemo, LintOptions, lint_text, run, select_result
 from .gcpolicy import WORKER_THRESHOLD
 from .findings import UNSAFE, Finding
 from .fixer import fix_text, fixable_codes, noqa_line, noqa_line_facts
@@ -335,7 +335,7 @@ class TorchlintServer(LanguageServer):
         settings = self.settings_for(path)
         doc = {"cells": [{"cell_type": "code", "source": t} for t in texts]}
         program = notebook.build(path, doc, list(range(len(texts))), texts)
-        res = notebook.lint_cells(program, settings.opts, self.project, path_token(path))
+        res = select_result(notebook.lint_cells(program, settings.opts, self.project, path_token(path)), settings.opts)
         by_cell: dict = {}
         for f in res.findings:
             if f.cell is not None and 0 < f.cell <= len(cells):
