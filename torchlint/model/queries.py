@@ -561,7 +561,6 @@ def between_forward_and_backward(mm, fn, op) -> bool:
 # ------------------------------------------------------------------ optimizers and the modules they hold
 _PARAMETRIC = re.compile(r"Linear|Conv|Embedding|LSTM|GRU|RNN|Norm|Sequential|MultiheadAttention|"
                          r"Transformer|Bilinear|PReLU|ModuleList|ModuleDict")
-_WRAPPERS = ("DataParallel", "DistributedDataParallel", "FullyShardedDataParallel")
 
 
 def optimizer_constructions(mm, fn) -> list:
@@ -599,7 +598,7 @@ def module_replacement(mm, fn, op) -> Optional[tuple]:
     q = mm.qualify(dotted(op.value.func)) or ""
     last = q.rsplit(".", 1)[-1]
     if q.startswith("torch.nn.") and catalog.role_of_constructor(q)[0] == catalog.MODEL:
-        if not _PARAMETRIC.search(last) or last in _WRAPPERS:
+        if not _PARAMETRIC.search(last) or q in catalog.DATA_PARALLEL:
             return None
     elif q.startswith("torchvision.models.") or q == "timm.create_model":
         pass
