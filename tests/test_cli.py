@@ -338,6 +338,35 @@ def test_fix_prints_what_remains_and_exits_zero_when_nothing_does(project):
     assert r.returncode == 0 and "All checks passed!" in r.stdout
 
 
+INLINE_VALIDATION = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                 "fixtures", "mode", "bad", "inline_validation_without_eval_mode.py")
+
+
+def test_eval_mode_fix_counted_by_check_is_applied_inside_the_epoch_loop(project):
+    """Issue 24, item 3: TL201's fix once put `model.eval()` above the epoch loop, where the
+    loop's `model.train()` undid it; `--fix` then dropped it silently while `check` kept
+    saying "1 more fix available". What check counts, --fix applies, and it holds."""
+    with open(INLINE_VALIDATION, encoding="utf-8") as fh:
+        source = fh.read()
+    (project / "validate.py").write_text(source)
+    check = tl("validate.py", "--select", "TL201", "--no-cache", cwd=project)
+    assert check.returncode == 1 and check.stdout.count(": TL201 ") == 1, check.stdout
+    assert "1 more fix available with `--unsafe-fixes`." in check.stdout
+    r = tl("validate.py", "--select", "TL201", "--no-cache", "--fix", cwd=project)  # unsafe: not applied
+    assert r.returncode == 1 and r.stdout == check.stdout
+    assert (project / "validate.py").read_text() == source
+    r = tl("validate.py", "--select", "TL201", "--no-cache", "--fix", "--unsafe-fixes", cwd=project)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout == "Found 1 error (1 fixed, 0 remaining).\n"
+    fixed = (project / "validate.py").read_text().splitlines()
+    train = fixed.index("        model.train()")
+    (evals,) = [n for n, ln in enumerate(fixed) if ln.strip() == "model.eval()"]
+    val_loop = next(n for n, ln in enumerate(fixed) if "in val_loader" in ln)
+    assert train < evals < val_loop and fixed[evals].startswith("        "), "\n".join(fixed[train:val_loop + 1])
+    r = tl("validate.py", "--select", "TL201", "--no-cache", cwd=project)
+    assert r.returncode == 0 and "All checks passed!" in r.stdout
+
+
 def test_fix_with_nothing_fixable_prints_what_check_prints(project):
     plain = tl("train.py", "--no-cache", cwd=project)
     fixed = tl("train.py", "--no-cache", "--fix", cwd=project)

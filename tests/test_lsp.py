@@ -123,6 +123,9 @@ def workspace(tmp_path_factory):
     (root / "xmod" / "main.py").write_text(MAIN)
     # TL202 is a preview rule: the project selects it
     (root / "xmod" / "pyproject.toml").write_text('[tool.torchlint]\nextend-select = ["TL202"]\n')
+    # a folder whose name needs percent-encoding in a URI; its project selects TL201 (preview)
+    (root / "my project #2").mkdir()
+    (root / "my project #2" / "pyproject.toml").write_text('[tool.torchlint]\nextend-select = ["TL201"]\n')
     return root
 
 
@@ -464,3 +467,60 @@ async def test_notebook_cells_are_one_program_with_diagnostics_per_cell(client: 
     client.notebook_document_did_close(types.DidCloseNotebookDocumentParams(
         types.NotebookDocumentIdentifier(nb_uri), [types.TextDocumentIdentifier(u) for u in cells]))
     await _wait(client, cells[2], lambda d: len(d) == 0)
+
+
+EPOCH_LOOP = '''\
+"""Fine-tune a classifier, validating inline after every epoch."""
+import torch
+import torch.nn as nn
+
+
+def fit(model, train_loader, val_loader, epochs=3):
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
+    criterion = nn.CrossEntropyLoss()
+    for epoch in range(epochs):
+        model.train()
+        for x, y in train_loader:
+            optimizer.zero_grad()
+            loss = criterion(model(x), y)
+            loss.backward()
+            optimizer.step()
+        correct = seen = 0
+        with torch.no_grad():
+            for x, y in val_loader:
+                correct += (model(x).argmax(dim=1) == y).sum().item()
+                seen += y.numel()
+        print(f"epoch {epoch}: val acc {correct / seen:.3f}")
+'''
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_eval_mode_quick_fix_lands_inside_the_epoch_loop_and_clears_the_diagnostic(client, workspace):
+    """Issue 24, item 3: the TL201 fix once put `model.eval()` above the epoch loop, where the
+    loop's `model.train()` undid it, and the diagnostic stayed after applying it. Also item 8:
+    a document whose path needs percent-encoding gets its diagnostics under its URI."""
+    from torchlint.lsp import uri_to_path
+
+    path = workspace / "my project #2" / "val loop.py"
+    path.write_text(EPOCH_LOOP)
+    doc = Doc(client, path, EPOCH_LOOP)
+    assert "%20" in doc.uri and "%232" in doc.uri and uri_to_path(doc.uri) == str(path)
+    doc.open()
+    line = _line_of(EPOCH_LOOP, "correct += (model(x)")
+    diags = await _wait(client, doc.uri, lambda d: "TL201" in _codes(d))
+    d201 = next(x for x in diags if x.code == "TL201")
+    assert d201.range.start.line == line
+    for rel in d201.related_information or []:
+        assert " " not in rel.location.uri and "#" not in rel.location.uri
+        assert os.path.isfile(uri_to_path(rel.location.uri))
+    actions = await doc.actions(d201.range, [d201])
+    fix = next(a for a in actions if "eval()" in a.title)
+    assert fix.title.endswith("(unsafe)") and fix.kind == types.CodeActionKind.QuickFix
+    new = _apply(doc.text, fix.edit.changes[doc.uri])
+    lines = new.splitlines()
+    # inside the epoch loop, after its model.train() and before the validation loop
+    at = lines.index(next(ln for ln in lines if ln.strip() == "model.eval()"))
+    assert lines.index("        model.train()") < at < _line_of(new, "for x, y in val_loader")
+    assert lines[at].startswith("        ") and new.count("model.eval()") == 1
+    doc.replace(new)
+    await _wait(client, doc.uri, lambda d: "TL201" not in _codes(d))

@@ -19,6 +19,7 @@ import pytest
 from torchlint.cli import main as cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NOTEBOOK = os.path.join(ROOT, "fixtures", "notebooks", "fashion_cnn.ipynb")  # TL203 at cell 6, line 3
 DOCS = ["README.md"] + sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "docs", "*.md")))
 _PREFIXES = ("$ ", "- run: ", "run: ", "- ", "entry: ")
 
@@ -190,18 +191,34 @@ def _precommit_snippets():
     return [yaml.safe_load(b) for b in _blocks(text)]
 
 
+def _pinned_revisions():
+    """(file, commit) for every commit the README and the docs pin: pre-commit `rev:` lines and
+    `git+...@COMMIT` install commands."""
+    out = []
+    for rel in DOCS:
+        for rev in re.findall(r"^\s*rev:\s*(\S+)|git\+https://[^\s'\"@]+@([^\s'\"]+)", _read(rel), re.M):
+            if (rev[0] or rev[1]) != "COMMIT":  # the prose's placeholder
+                out.append((rel, rev[0] or rev[1]))
+    return out
+
+
 def test_readme_precommit_revision_is_a_real_commit_with_the_hook():
     pytest.importorskip("yaml")
     remote = next(s for s in _precommit_snippets() if s["repos"][0]["repo"] != "local")["repos"][0]
     rev = remote["rev"]
     assert re.fullmatch(r"[0-9a-f]{40}", str(rev)), f"pin a full commit id, not {rev!r}"
+    # one revision everywhere (README, docs/ci.md): the one whose hook the README describes
+    pins = _pinned_revisions()
+    assert len(pins) >= 4 and {r for _, r in pins} == {rev}, pins
     if shutil.which("git") is None or subprocess.run(["git", "rev-parse", "--git-dir"], cwd=ROOT,
                                                      capture_output=True).returncode != 0:
         pytest.skip("not a git checkout")
     hooks = subprocess.run(["git", "show", f"{rev}:.pre-commit-hooks.yaml"], cwd=ROOT, capture_output=True, text=True)
     assert hooks.returncode == 0, f"{rev} is not a commit of this repository: {hooks.stderr}"
-    ids = [h["id"] for h in __import__("yaml").safe_load(hooks.stdout)]
-    assert [h["id"] for h in remote["hooks"]] == ["torchlint"] and "torchlint" in ids
+    defined = {h["id"]: h for h in __import__("yaml").safe_load(hooks.stdout)}
+    assert [h["id"] for h in remote["hooks"]] == ["torchlint"] and "torchlint" in defined
+    # the pinned hook checks notebooks too (a revision from before `jupyter` skips them)
+    assert "jupyter" in defined["torchlint"]["types_or"], defined["torchlint"]
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="git not available")
@@ -217,6 +234,7 @@ def test_readme_local_precommit_hook_blocks_a_buggy_commit(tmp_path):
     (work / ".pre-commit-config.yaml").write_text(yaml.safe_dump(local))
     (work / "train.py").write_text(BUGGY)
     (work / "ok.py").write_text("print('hello')\n")
+    shutil.copy(NOTEBOOK, work / "lab.ipynb")
     for cmd in (["git", "init", "-q"], ["git", "add", "-A"]):
         subprocess.run(cmd, cwd=work, check=True, env=env)
     r = subprocess.run([sys.executable, "-m", "pre_commit", "run", "--all-files"], cwd=work, env=env,
@@ -224,6 +242,7 @@ def test_readme_local_precommit_hook_blocks_a_buggy_commit(tmp_path):
     out = r.stdout + r.stderr
     assert r.returncode == 1, out
     assert "train.py:12:13: TL103" in out
+    assert "lab.ipynb:cell 6:3:1: TL203" in out, out  # notebooks are checked (types_or: jupyter)
 
 
 @pytest.mark.slow
@@ -256,6 +275,7 @@ def test_readme_precommit_snippet_runs_through_try_repo(tmp_path):
     work = tmp_path / "work"
     work.mkdir()
     (work / "train.py").write_text(BUGGY)
+    shutil.copy(NOTEBOOK, work / "lab.ipynb")
     for cmd in (["git", "init", "-q"], ["git", "add", "-A"]):
         subprocess.run(cmd, cwd=work, check=True, env=env)
     r = subprocess.run([sys.executable, "-m", "pre_commit", "try-repo", ROOT, remote["hooks"][0]["id"],
@@ -264,3 +284,4 @@ def test_readme_precommit_snippet_runs_through_try_repo(tmp_path):
     out = r.stdout + r.stderr
     assert r.returncode == 1, out
     assert "train.py:12:13: TL103" in out
+    assert "lab.ipynb:cell 6:3:1: TL203" in out, out
