@@ -42,8 +42,10 @@ def missing_dependency(results: str, exc: ImportError) -> None:
 def _env(cfg, emit):
     import torch
 
+    from .lazydynamo import install
+
     info = {"torch": torch.__version__, "cuda": torch.cuda.is_available(), "pid": os.getpid(),
-            "startup_cpu": round(time.process_time(), 3)}
+            "startup_cpu": round(time.process_time(), 3), "dynamo_deferred": install()}
     dev = cfg.get("device", "cpu")
     if dev.startswith("cuda"):
         if not torch.cuda.is_available():
