@@ -6,7 +6,7 @@ from torchlint.model.flow import ENTRY, norm_path
 from torchlint.model.ir import BACKWARD, CALL, FORWARD, GRAD_OFF, GRAD_ON, GRAD_UNKNOWN, STEP, LoopOp, CallOp, all_ops, walk
 from torchlint.model.queries import (
     analysable_functions, evaluates_after_training, is_kind, iteration, local_function, reaches_backward,
-    steps_or_updates, training_loop_before, trains, uses_autograd, within,
+    steps_or_updates, training_loop_before, trains, untrained_here, untrained_path_here, uses_autograd, within,
 )
 from torchlint.model.roles import is_eval_name
 from torchlint.rule import Report, Rule
@@ -58,6 +58,11 @@ def _sorted(mm, origins) -> list:
             return (1 if conditional else 0, mm.line_of(o.node), o.text)
         return (2, 0, "" if o is None else f"{o.text} at {o.path}:{o.line}")
     return sorted(origins, key=key)
+
+
+def _loaded(origin) -> bool:
+    """The state comes from ``from_pretrained()``, which returns models in eval mode."""
+    return origin is not None and origin.loaded
 
 
 def _chosen(origin) -> bool:
@@ -140,9 +145,12 @@ def evaluate(model, loader):
                     evalish = _eval_context(mm, fn, op) or (
                         is_eval_name(fn.name) and not uses_autograd(mm, fn.body)) or (
                         evaluates_after_training(mm, fn, op))
-                    if not evalish:
-                        continue
+                    if not evalish or untrained_here(mm, fn, op):
+                        continue  # not evaluation, or a model that was never trained (a shape check)
                     modes = flow.at.get(id(op), frozenset())
+                    if modes and all(_loaded(o) for _, o in modes):
+                        continue  # from_pretrained() returned it in eval mode
+                    modes = frozenset(mo for mo in modes if not _loaded(mo[1]))
                     train = _sorted(mm, [o for m, o in modes if m == "train" and not _chosen(o)])
                     if (train or any(m == ENTRY for m, _ in modes)) and not mm.resolver.mode_sensitive(fn, t):
                         continue  # no dropout/batch norm: train and eval mode compute the same
@@ -173,7 +181,10 @@ def evaluate(model, loader):
                     at = flow.at_args.get(id(op), {})
                     for key, path in paths.items():
                         train = _sorted(mm, [o for m, o in at.get(key, ()) if m == "train" and not _chosen(o)])
-                        if train and norm_path(path) not in seen and mm.resolver.mode_sensitive(fn, path):
+                        if at.get(key) and all(_loaded(o) for _, o in at[key]):
+                            continue  # from_pretrained() returned it in eval mode
+                        if train and norm_path(path) not in seen and mm.resolver.mode_sensitive(fn, path) \
+                                and not untrained_path_here(mm, fn, op, norm_path(path)):
                             seen.add(norm_path(path))
                             helper = local_function(op.info)
                             fwd = _first_eval_forward(helper, key) if helper is not None else None

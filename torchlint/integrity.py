@@ -208,7 +208,7 @@ _FINDING_KEYS = frozenset(("code", "name", "message", "path", "span", "severity"
 _APPLICABILITY = ("safe", "unsafe")
 # the typed fields of a function summary and of a class's facts (others: any small JSON)
 _SUMMARY_TYPES = {"name": str, "qualname": str, "path": str, "line": int, "params": list, "free": list,
-                  "exit_modes": dict, "trains_in_entry": list, "evals_in_entry": list, "backward": bool,
+                  "exit_modes": dict, "return_modes": dict, "trains_in_entry": list, "evals_in_entry": list, "backward": bool,
                   "backward_inherits_grad": bool, "step": bool, "clear": bool, "sched_step": bool,
                   "returns": list, "forward": bool, "moves": bool, "trains_on": list, "evaluates_on": list,
                   "grad": str}
@@ -261,7 +261,7 @@ def _fields(d, types: dict) -> bool:
         elif t is list:
             if not all(type(s) is str for s in v):
                 return False
-        elif t is dict:  # exit_modes: {parameter: [mode, function, path, line]} (where it is set)
+        elif t is dict:  # exit_modes, return_modes: {key: [mode, function, path, line]} (where it is set)
             for m in v.values():
                 if type(m) is not list or len(m) != 4 or m[0] not in _MODES or type(m[1]) is not str \
                         or type(m[2]) is not str or not _nat(m[3]):

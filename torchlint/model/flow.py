@@ -23,7 +23,7 @@ from . import catalog
 from .binder import dotted
 from .ir import (
     BACKWARD, CALL, CLEAR, FORWARD, GRAD_OFF, MODE, SCHED_STEP, STEP,
-    AssignOp, BranchOp, CallOp, LoopOp, all_ops, walk,
+    AssignOp, BranchOp, CallOp, LoopOp, ReturnOp, all_ops, walk,
 )
 
 ENTRY = "entry"
@@ -40,6 +40,10 @@ class ModeOrigin:
     text: str
     node: Any = None  # a libcst node (compared by identity)
     chosen: bool = False  # picked by a condition on purpose (if training: train() else: eval())
+    # ``X.from_pretrained(...)`` (transformers, diffusers, peft) returns the model in eval mode:
+    # such a state is ``ENTRY`` for every other question (no caller's mode is known), and an
+    # evaluation of it is in eval mode
+    loaded: bool = False
     path: str = ""
     line: int = 0
 
@@ -67,6 +71,8 @@ class ModeFlow:
         self.at: dict[int, frozenset] = {}  # id(op) -> modes of the op's model/argument
         self.at_args: dict[int, dict] = {}  # id(CALL op) -> {param key: modes}
         self.final: State = {}
+        self.returns: dict = {}  # id(ReturnOp) -> (op, state where it returns)
+        self._calls: Optional[dict] = None
 
     def modes(self, state: State, path: str) -> frozenset:
         path = norm_path(path)
@@ -116,8 +122,21 @@ class ModeFlow:
                             if path is not None:
                                 st[norm_path(path)] = frozenset({(entry[0], ModeOrigin.of_exit(entry))})
             return st
+        if isinstance(op, ReturnOp):
+            self.returns[id(op)] = (op, st)
+            return st
         if isinstance(op, AssignOp):
             if op.value is not None and op.aug is None and isinstance(op.value, cst.Call):
+                returned = self._returned_modes(op.value)
+                if returned:
+                    # ours, hf = build_pair(cfg): the modes the helper returns its models in
+                    st = dict(st)
+                    elems = _unpacked(op.targets)
+                    for key, entry in returned.items():
+                        d = elems.get(key)
+                        if d:
+                            st[norm_path(d)] = frozenset({(entry[0], ModeOrigin.of_exit(entry))})
+                    return st
                 chained = _chained_mode(op.value)
                 if chained is not None:
                     # model = build_model().eval(): the mode set last in the chain
@@ -138,6 +157,15 @@ class ModeFlow:
                         d = dotted(t)
                         if d and norm_path(d) != norm_path(wrapped):
                             st[norm_path(d)] = self.modes(st, wrapped)
+                    return st
+                if _from_pretrained(op.value):
+                    st = dict(st)
+                    origin = ModeOrigin("`from_pretrained()` in the assignment at line {} (it returns "
+                                        "the model in eval mode)", op.value, loaded=True)
+                    for t in op.targets:
+                        d = dotted(t)
+                        if d:
+                            st[norm_path(d)] = frozenset({(ENTRY, origin)})
                     return st
                 role = self.mm.resolver.of_expr(self.fn, op.value)[0]
                 if role == catalog.MODEL:
@@ -178,6 +206,19 @@ class ModeFlow:
                 res = self._chosen_modes(op, outs, st, res)
             return res
         return st
+
+    def _returned_modes(self, value) -> dict:
+        """The ``return_modes`` of the function of this tree that ``value`` (a call) runs."""
+        if self._calls is None:
+            self._calls = {id(o.node): o for o in all_ops(self.fn) if isinstance(o, CallOp) and o.kind == CALL}
+        while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) \
+                and value.func.attr.value in ("to", "cuda", "cpu", "half", "float", "double", "bfloat16"):
+            value = value.func.value  # build_net().to(device)
+        call = self._calls.get(id(value))
+        if call is None:
+            return {}
+        summ = self.mm.summary_of(call.info)
+        return (summ or {}).get("return_modes") or {}
 
     def _chosen_modes(self, br, outs, before, res):
         """``if training: model.train() else: model.eval()``: the mode is chosen on purpose by
@@ -238,6 +279,64 @@ def _wrapped_model(mm, fn, value) -> Optional[str]:
                                        "setup", "wrap", "fully_shard", "unwrap_model", "deepcopy"):
         return inner
     return None
+
+
+def _unpacked(targets) -> dict:
+    """Assignment targets by the ``return_modes`` key of the value they take: ``""`` for
+    ``x = f()``, ``"0"``, ``"1"`` ... for ``a, b = f()``."""
+    out = {}
+    for t in targets:
+        if isinstance(t, (cst.Tuple, cst.List)):
+            for i, e in enumerate(t.elements):
+                d = dotted(e.value) if isinstance(e, cst.Element) else None
+                if d:
+                    out[str(i)] = d
+        else:
+            d = dotted(t)
+            if d:
+                out[""] = d
+    return out
+
+
+def _return_modes(mm, fn, flow, where) -> dict:
+    """The mode of each model ``fn`` returns, the same on every ``return``: ``{"": entry}`` for
+    ``return model``, ``{"0": entry, "1": entry}`` for ``return ours, hf`` (entries as in
+    ``exit_modes``); a model built here is in train mode, one switched by ``eval()`` in eval."""
+    per = None
+    for op, st in flow.returns.values():
+        v = op.value
+        if v is None:
+            return {}
+        if isinstance(v, cst.Tuple):
+            items = [(str(i), e.value) for i, e in enumerate(v.elements) if isinstance(e, cst.Element)]
+        else:
+            items = [("", v)]
+        got = {}
+        for key, e in items:
+            m = None
+            d = dotted(e)
+            if d:
+                ms = {mo for mo, _ in flow.modes(st, d)}
+                if len(ms) == 1 and ENTRY not in ms:
+                    m = ms.pop()
+            elif isinstance(e, cst.Call):
+                m = _chained_mode(e) or ("train" if _freshly_built(mm, e) else None)
+            if m:
+                got[key] = m
+        per = got if per is None else {k: m for k, m in per.items() if got.get(k) == m}
+        if not per:
+            return {}
+    return {k: [m, *where] for k, m in (per or {}).items()}
+
+
+def _from_pretrained(value) -> bool:
+    """``X.from_pretrained(...)`` (maybe followed by ``.to(device)``/``.cuda()``)."""
+    base = value
+    while isinstance(base, cst.Call) and isinstance(base.func, cst.Attribute) \
+            and base.func.attr.value in ("to", "cuda", "cpu", "half", "float", "double", "bfloat16", "requires_grad_"):
+        base = base.func.value
+    return isinstance(base, cst.Call) and isinstance(base.func, cst.Attribute) \
+        and base.func.attr.value == "from_pretrained"
 
 
 def _freshly_built(mm, value) -> bool:
@@ -350,6 +449,7 @@ def summarize(mm, fn) -> dict:
         "free": sorted({k.split(".", 1)[0] for k in list(exit_modes) + sorted(trains_in_entry)
                         + sorted(evals_in_entry) if k.split(".", 1)[0] in free}),
         "exit_modes": exit_modes,
+        "return_modes": _return_modes(mm, fn, flow, where) if not fn.is_module_level else {},
         "trains_in_entry": sorted(trains_in_entry),
         "evals_in_entry": sorted(evals_in_entry),
         "backward": trains or any(s.get("backward") for s in sub),

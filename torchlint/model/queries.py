@@ -838,3 +838,148 @@ def training_loop_before(mm, fn, loop: LoopOp, target: Optional[str]) -> Optiona
                                    and norm_path(x.target) == want for x in body):
                 return o
     return None
+
+
+# ------------------------------------------------------------- models that were never trained
+# keyword arguments of a constructor or factory that bring in trained weights
+_WEIGHT_KEYWORDS = ("pretrained", "weights", "checkpoint", "ckpt", "state_dict", "pretrained_path",
+                    "weights_path", "checkpoint_path", "load_from", "init_from")
+# calls that bring trained weights into a model (or hand one over from a file)
+_LOAD_CALLS = re.compile(r"(^|\.|_)(load|restore)(_|$)|from_pretrained$|set_weights$")
+# calls that take a model and neither train it nor put weights into it
+_HARMLESS_METHODS = ("to", "cuda", "cpu", "half", "float", "double", "bfloat16", "eval", "train",
+                     "apply", "parameters", "named_parameters", "modules", "named_modules", "children",
+                     "requires_grad_", "zero_grad", "register_forward_hook", "extra_repr")
+_HARMLESS_BUILTINS = frozenset({"print", "len", "str", "repr", "type", "id", "isinstance", "sum", "format",
+                                "hasattr", "getattr", "vars", "dir"})
+
+
+def _unchained(value):
+    while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) \
+            and value.func.attr.value in ("to", "cuda", "cpu", "half", "float", "double", "bfloat16", "train", "eval"):
+        value = value.func.value
+    return value
+
+
+def _brings_weights(call: cst.Call) -> bool:
+    for a in call.args:
+        if a.keyword is not None and a.keyword.value in _WEIGHT_KEYWORDS:
+            v = a.value
+            return not (isinstance(v, cst.Name) and v.value in ("False", "None"))
+    d = dotted(call.func) or ""
+    return bool(_LOAD_CALLS.search(d))
+
+
+def _loads_in(fn) -> bool:
+    """``fn``'s own code loads weights or a checkpoint (``load_state_dict``, ``torch.load`` ...)."""
+    for op in all_ops(fn):
+        if isinstance(op, CallOp) and _LOAD_CALLS.search(op.func or op.qual or ""):
+            return True
+    return False
+
+
+def _random_init(mm, fn, value, depth: int = 0) -> bool:
+    """``value`` builds a module with random weights: a ``torch.nn`` layer, a module class of
+    this file whose constructor loads nothing, or a function of this file that returns one
+    (``def ResNet18(): return ResNet(BasicBlock, [2, 2, 2, 2])``), with no argument that
+    brings weights (``pretrained=True``, ``weights=...``)."""
+    call = _unchained(value)
+    if not isinstance(call, cst.Call) or depth > 3 or _brings_weights(call):
+        return False
+    d = dotted(call.func)
+    if not d:
+        return False
+    q = mm.qualify(d) or ""
+    if q.startswith("torch.nn.") and not q.startswith("torch.nn.functional."):
+        return True
+    cls = mm.find_class(d)
+    if cls is not None:
+        if not mm.class_is_module(cls):
+            return False
+        return not any(_loads_in(m) for m in cls.methods.values() if m.name in ("__init__", "_init_weights", "init_weights"))
+    factory = mm.functions.get(d)
+    if factory is None or factory.cls is not None or _loads_in(factory):
+        return False
+    rets = [op for op in all_ops(factory) if isinstance(op, ReturnOp)]
+    return bool(rets) and all(op.value is not None and _random_init(mm, factory, op.value, depth + 1) for op in rets)
+
+
+def untrained_here(mm, fn, op) -> bool:
+    """The model ``op`` runs (a forward, or a call that hands it to a helper) was built in
+    ``fn`` with random weights, and nothing of ``fn`` that may run before ``op`` trains it,
+    loads weights into it, changes its attributes or hands it to other code: its outputs
+    measure nothing, whatever its mode (``net = ResNet18(); print(net(torch.randn(1, 3, 32,
+    32)).size())``, the shape check at the end of a model file)."""
+    target = norm_path(op.target) if op.kind == FORWARD else None
+    if op.kind == CALL:
+        target = None
+    return target is not None and untrained_path_here(mm, fn, op, target)
+
+
+def untrained_path_here(mm, fn, op, target: str) -> bool:
+    if not target or "." in target:
+        return False  # self.net, args.model: built elsewhere
+    ops = all_ops(fn)
+    try:
+        at = ops.index(op)
+    except ValueError:
+        return False
+    end = at
+    lp = op.loop
+    while lp is not None:  # inside a loop, all of the outermost loop may run before ``op``
+        outer = lp
+        lp = lp.parent
+        end = max(end, max((ops.index(o) for o in walk(outer.body)), default=end))
+    built = None
+    for i, o in enumerate(ops[:end + 1]):
+        if isinstance(o, AssignOp) and target in _assigned_names(o):
+            built = i if (i < at and o.value is not None and o.aug is None and _random_init(mm, fn, o.value)) else None
+    if built is None or target in fn.params:
+        return False
+    for o in ops[built + 1:end + 1]:
+        if o is op:
+            continue
+        if isinstance(o, CallOp):
+            if o.kind in (BACKWARD, STEP, AUTOGRAD_GRAD):
+                return False  # something is trained in this scope
+            if o.kind == FORWARD or path_of_mode(o) == target:
+                continue
+            recv = norm_path(o.recv) if o.recv else None
+            if recv is not None and (recv == target or recv.startswith(target + ".")):
+                if o.attr in _HARMLESS_METHODS:
+                    continue
+                return False  # net.load_state_dict(...), net.fc.reset_parameters()
+            if (o.func or "") in _HARMLESS_BUILTINS:
+                continue
+            if any(target in names_in(a.value) for a in o.args):
+                return False  # handed to other code: train(net, ...), load_weights(net)
+        elif isinstance(o, AssignOp):
+            if any(n == target or n.startswith(target + ".") for n in _assigned_names(o)):
+                return False
+            if o.value is not None and target in names_in(o.value) and not _only_called(o.value, target):
+                return False  # an alias or a part of it kept (``m = net``, ``head = net.fc``)
+    return True
+
+
+def path_of_mode(op) -> Optional[str]:
+    from .ir import MODE
+
+    return norm_path(op.target) if op.kind == MODE and op.target else None
+
+
+def _only_called(expr, target: str) -> bool:
+    """Every mention of ``target`` in ``expr`` is a call of it (a forward: ``net(x).size()``)."""
+    stack = [expr]
+    while stack:
+        e = stack.pop()
+        if isinstance(e, cst.Call) and dotted(e.func) == target:
+            stack.extend(a.value for a in e.args)
+            continue
+        if isinstance(e, (cst.Name, cst.Attribute)):
+            d = dotted(e)
+            if d is not None:
+                if d == target or d.startswith(target + "."):
+                    return False
+                continue
+        stack.extend(e.children)
+    return True
