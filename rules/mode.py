@@ -184,10 +184,11 @@ def evaluate(model, loader):
                         if at.get(key) and all(_loaded(o) for _, o in at[key]):
                             continue  # from_pretrained() returned it in eval mode
                         if train and norm_path(path) not in seen and mm.resolver.mode_sensitive(fn, path) \
-                                and not untrained_path_here(mm, fn, op, norm_path(path)):
+                                and not (not (s.get("backward") or s.get("step"))
+                                         and untrained_path_here(mm, fn, op, norm_path(path))):
                             seen.add(norm_path(path))
                             helper = local_function(op.info)
-                            fwd = _first_eval_forward(helper, key) if helper is not None else None
+                            fwd = _first_eval_forward(mm, helper, key) if helper is not None else None
                             if fwd is not None:
                                 # anchor at the evaluation forward in the helper of this module
                                 if id(fwd.node) in reported:
@@ -213,11 +214,12 @@ def evaluate(model, loader):
         return mm.project.is_called(q)
 
 
-def _first_eval_forward(fn, key: str):
+def _first_eval_forward(mm, fn, key: str):
     """The first forward of ``key`` (a parameter or ``self`` attribute of ``fn``) that runs in
-    the mode the caller gave (no ``eval()`` before it in ``fn``)."""
+    the mode the caller gave (no ``eval()`` before it in ``fn``), not one of a training step."""
     for op in all_ops(fn):
-        if isinstance(op, CallOp) and op.kind == FORWARD and op.target and norm_path(op.target) == key:
+        if isinstance(op, CallOp) and op.kind == FORWARD and op.target and norm_path(op.target) == key \
+                and not _in_training(mm, op):
             return op
     return None
 

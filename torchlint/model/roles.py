@@ -676,6 +676,10 @@ class ModeSensitivity:
                 local = self.mm.find_class(d)
                 if local is not None and self.mm.class_is_module(local):
                     return self.of_class(local)
+                if local is not None and all(b == "object" for b in local.raw_bases):
+                    # a plain class of this file (a from-scratch network with its own forward
+                    # and backward) has no train/eval mode
+                    return False
                 target = self.mm.functions.get(d)
                 if target is not None:  # def build_model(): return nn.Sequential(...)
                     rets = [op.value for op in walk(target.body) if isinstance(op, ReturnOp) and op.value is not None]
