@@ -563,21 +563,49 @@ class ModeSensitivity:
         if role == catalog.MODEL and isinstance(info, str):
             cls = self.mm.classes.get(info)
             if cls is not None:
-                return self.of_class(cls)
+                if not self.of_class(cls):
+                    return False
+                d = self.r.definition(fn, path)
+                call = d[1] if d is not None else None
+                while isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) \
+                        and call.func.attr.value in _PASSTHROUGH_METHODS:
+                    call = call.func.value
+                if isinstance(call, cst.Call) and self.mm.find_class(dotted(call.func) or "") is cls:
+                    return self.of_class(cls, self._zeros(cls, call))  # built with dropout 0.0
+                return True
         d = self.r.definition(fn, path)
         if d is None:
             return True
         return self.of_expr(d[0], d[1], 0)
 
-    def of_class(self, cls) -> bool:
-        key = cls.qualname
+    def of_class(self, cls, zeros: frozenset = frozenset()) -> bool:
+        """``zeros``: the constructor's parameters that this construction sets to 0 (a dropout
+        rate given as ``0.0``: ``nn.Dropout(dropout)`` then drops nothing)."""
+        key = (cls.qualname, zeros)
         if key in self._cls:
             return self._cls[key]
         self._cls[key] = True  # recursion guard: assume sensitive
-        self._cls[key] = res = self._class(cls)
+        self._cls[key] = res = self._class(cls, zeros)
         return res
 
-    def _class(self, cls) -> bool:
+    def _zeros(self, cls, call: cst.Call, zeros: frozenset = frozenset()) -> frozenset:
+        """The parameters of ``cls.__init__`` that ``call`` binds to 0 (a literal, or a
+        parameter of the enclosing constructor that is 0 itself)."""
+        init = cls.methods.get("__init__")
+        if init is None:
+            return frozenset()
+        params = [p for p in init.params[1:] if not p.startswith("*")]
+        out = set()
+        positional = [a for a in call.args if a.keyword is None and not a.star]
+        for i, a in enumerate(positional):
+            if i < len(params) and _is_zero(a.value, zeros):
+                out.add(params[i])
+        for a in call.args:
+            if a.keyword is not None and a.keyword.value in params and _is_zero(a.value, zeros):
+                out.add(a.keyword.value)
+        return frozenset(out)
+
+    def _class(self, cls, zeros: frozenset = frozenset()) -> bool:
         for b, raw in zip(cls.bases, cls.raw_bases):
             if b in catalog.MODULE_BASES or b in ("torch.nn.Module", "Module"):
                 continue
@@ -604,7 +632,7 @@ class ModeSensitivity:
                     if self.r._param_role(m, p.lstrip("*"))[0] == catalog.MODEL:
                         return True
             for op in walk(m.body):
-                if isinstance(op, CallOp) and self._call(m, op.node):
+                if isinstance(op, CallOp) and self._call(m, op.node, zeros if m.name == "__init__" else frozenset()):
                     return True
         return False
 
@@ -621,17 +649,21 @@ class ModeSensitivity:
             return bool(facts["mode_sensitive"])
         return True
 
-    def _call(self, fn, call: cst.Call) -> bool:
+    def _call(self, fn, call: cst.Call, zeros: frozenset = frozenset()) -> bool:
         """Does constructing/calling this make the model mode-sensitive?"""
         d = dotted(call.func)
-        if d is None:
-            return False
+        if d is None or d.startswith("self."):
+            return False  # a submodule or method of the class: judged where it is constructed
         q = self.mm.qualify(d) or ""
         last = d.rsplit(".", 1)[-1]
         if q.startswith("torch.nn.functional."):
             return "dropout" in q
         if q.startswith("torch.nn."):
             name = q.rsplit(".", 1)[-1]
+            if name.startswith(("Dropout", "AlphaDropout", "FeatureAlphaDropout")):
+                a = call.args[0] if call.args and call.args[0].keyword is None else next(
+                    (x for x in call.args if x.keyword is not None and x.keyword.value == "p"), None)
+                return a is None or not _is_zero(a.value, zeros)
             if _MODE_LAYER.search(name):
                 return True
             if q in _RNN_LAYERS:
@@ -648,7 +680,7 @@ class ModeSensitivity:
             return False  # ValueError(...), Exception(...)
         local = self.mm.find_class(d)
         if local is not None:
-            return self.of_class(local) if self.mm.class_is_module(local) else False
+            return self.of_class(local, self._zeros(local, call, zeros)) if self.mm.class_is_module(local) else False
         return self._external(d)
 
     def of_expr(self, fn, e, depth: int) -> bool:
@@ -675,7 +707,7 @@ class ModeSensitivity:
             if d:
                 local = self.mm.find_class(d)
                 if local is not None and self.mm.class_is_module(local):
-                    return self.of_class(local)
+                    return self.of_class(local, self._zeros(local, e))
                 if local is not None and all(b == "object" for b in local.raw_bases):
                     # a plain class of this file (a from-scratch network with its own forward
                     # and backward) has no train/eval mode
@@ -707,6 +739,16 @@ class ModeSensitivity:
                     return self.of_expr(df[0], df[1], depth + 1)
             return True
         return True
+
+
+def _is_zero(e, zeros: frozenset = frozenset()) -> bool:
+    """``0``, ``0.0``, or a name in ``zeros`` (a constructor parameter known to be 0)."""
+    if isinstance(e, (cst.Integer, cst.Float)):
+        try:
+            return float(e.value) == 0
+        except ValueError:
+            return False
+    return isinstance(e, cst.Name) and e.value in zeros
 
 
 def _strip_module(p: str) -> str:
