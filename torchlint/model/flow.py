@@ -14,6 +14,7 @@ The mode a function leaves a model in says where it was set: ``[mode, function, 
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -101,7 +102,7 @@ class ModeFlow:
             k = op.kind
             if k == MODE and op.target:
                 t = norm_path(op.target)
-                origin = ModeOrigin(f"`{op.target}.{op.attr}()`", op.node)
+                origin = ModeOrigin(f"`{op.target}.{op.attr}()`", op.node, chosen=self._by_argument(op))
                 st = dict(st)
                 if op.info in ("train", "eval"):
                     st[t] = frozenset({(op.info, origin)})
@@ -207,6 +208,16 @@ class ModeFlow:
             return res
         return st
 
+    def _by_argument(self, op) -> bool:
+        """The switch runs under a test of one of the function's parameters (``if train:
+        model.train()`` / ``if not train: model.eval()``): the caller picks the mode on purpose."""
+        params = {p.lstrip("*") for p in self.fn.params if _MODE_PARAM.search(p)}
+        for br, _ in op.guards:
+            test = getattr(br, "test", None)
+            if test is not None and params & _names(test):
+                return True
+        return False
+
     def _returned_modes(self, value) -> dict:
         """The ``return_modes`` of the function of this tree that ``value`` (a call) runs."""
         if self._calls is None:
@@ -279,6 +290,24 @@ def _wrapped_model(mm, fn, value) -> Optional[str]:
                                        "setup", "wrap", "fully_shard", "unwrap_model", "deepcopy"):
         return inner
     return None
+
+
+# parameters that name a mode or phase (train, is_training, eval_mode, phase, mode, test, val)
+_MODE_PARAM = re.compile(r"train|eval|mode|phase|test|val|infer", re.I)
+
+
+def _names(expr) -> set:
+    """The plain names an expression reads."""
+    out, stack = set(), [expr]
+    while stack:
+        e = stack.pop()
+        if isinstance(e, cst.Name):
+            out.add(e.value)
+        elif isinstance(e, cst.Attribute):
+            stack.append(e.value)
+        else:
+            stack.extend(e.children)
+    return out
 
 
 def _unpacked(targets) -> dict:
