@@ -273,3 +273,35 @@ def test_libcst_is_pinned_to_the_versions_the_parser_is_tested_with():
         assert seen == [len(text)] and module.deep_equals(real(text))
     finally:
         parse._TESTED[:] = []
+
+
+def test_future_fstrings_coding_cookie_reads_as_utf8_and_is_linted(tmp_path):
+    """``# -*- coding: future_fstrings -*-`` (the future-fstrings package's codec: UTF-8 with
+    f-strings rewritten for Python < 3.6) is plain UTF-8 Python on supported interpreters;
+    a codec nobody knows stays a clear error."""
+    from torchlint.engine import LintOptions, run
+    from torchlint.source import SourceError, decode
+
+    src = decode("# -*- coding: future_fstrings -*-\nname = 'é'\nprint(f'{name}')\n".encode("utf-8"), "t.py")
+    assert src.encoding == "utf-8" and "name = 'é'" in src.text
+    with pytest.raises(SourceError, match="unknown encoding: no_such_codec"):
+        decode(b"# -*- coding: no_such_codec -*-\nx = 1\n", "u.py")
+    trainer = tmp_path / "trainer.py"
+    trainer.write_text(
+        "# -*- coding: future_fstrings -*-\n"
+        "import logging\n"
+        "import torch\n\n\n"
+        "class Trainer:\n"
+        "    def __init__(self, model, val_loader):\n"
+        "        self.model = model\n"
+        "        self.val_loader = val_loader\n\n"
+        "    def _valid_epoch(self):\n"
+        "        self.model.eval()\n"
+        "        total = 0.0\n"
+        "        for x, y in self.val_loader:\n"
+        "            total += torch.nn.functional.mse_loss(self.model(x), y).item()\n"
+        "        logging.info(f'val loss {total / len(self.val_loader):.4f}')\n"
+        "        return total\n", encoding="utf-8")
+    res = run([str(trainer)], LintOptions(frozenset({"TL203"})), jobs=1)[0]
+    assert res.error is None, res.error
+    assert [(f.code, f.line) for f in res.findings] == [("TL203", 14)]

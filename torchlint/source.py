@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import codecs
 import io
+import re
 import tokenize
 from dataclasses import dataclass
 
@@ -20,11 +21,31 @@ class SourceFile:
     data: bytes = b""
 
 
+# source codecs that read UTF-8 and only rewrite newer syntax for older interpreters (the
+# ``future-fstrings`` package turns f-strings into ``.format`` calls on Python < 3.6): on the
+# interpreters torchlint supports the file is plain UTF-8 Python
+_UTF8_TRANSFORM_CODECS = frozenset({"future_fstrings", "future-fstrings"})
+_CODING = re.compile(rb"^[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)")
+
+
+def _transform_codec(data: bytes) -> bool:
+    for line in data.splitlines()[:2]:
+        m = _CODING.match(line)
+        if m:
+            return m.group(1).decode("ascii", "replace").lower() in _UTF8_TRANSFORM_CODECS
+    return False
+
+
 def decode(data: bytes, path: str = "<string>") -> SourceFile:
     bom = data.startswith(codecs.BOM_UTF8)
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
     except SyntaxError as exc:
+        if _transform_codec(data):
+            try:
+                return SourceFile(path, data.decode("utf-8-sig"), "utf-8", bom, data)
+            except UnicodeDecodeError as err:
+                raise SourceError(f"{path}: not valid UTF-8: {err.reason} at byte {err.start}") from None
         if "encoding" in str(exc) and b"coding" not in data[:400]:
             raise SourceError(f"{path}: not valid UTF-8 (and no encoding declaration)") from None
         raise SourceError(f"{path}: cannot determine the encoding: {exc}") from None
