@@ -741,6 +741,12 @@ class ModeSensitivity:
         return True
 
 
+def _literal_key(sub: cst.Subscript) -> bool:
+    """``x["name"]``: one index, a string literal."""
+    return len(sub.slice) == 1 and isinstance(sub.slice[0].slice, cst.Index) \
+        and isinstance(sub.slice[0].slice.value, cst.SimpleString)
+
+
 def _is_zero(e, zeros: frozenset = frozenset()) -> bool:
     """``0``, ``0.0``, or a name in ``zeros`` (a constructor parameter known to be 0)."""
     if isinstance(e, (cst.Integer, cst.Float)):
@@ -858,11 +864,16 @@ def classify(mm, fn, resolver: RoleResolver) -> None:
                 op.recv == "self" and attr == "backward" and _own_method(mm, fn, op)):
             op.kind, op.target = BACKWARD, op.recv
         elif attr == "step" and op.recv_node is not None:
-            role = resolver.of_expr(fn, op.recv_node)[0]
+            recv, target = op.recv_node, op.recv
+            if isinstance(recv, cst.Subscript) and _literal_key(recv) and dotted(recv.value):
+                # ``self.optimizer["generator"].step()``: an optimizer of a dict of optimizers
+                recv = recv.value
+                target = dotted(recv)
+            role = resolver.of_expr(fn, recv)[0]
             if role == catalog.SCHEDULER:
-                op.kind, op.target = SCHED_STEP, op.recv
+                op.kind, op.target = SCHED_STEP, target
             elif role == catalog.OPTIMIZER:
-                op.kind, op.target = STEP, op.recv
+                op.kind, op.target = STEP, target
                 a = op.arg(0, "closure")
                 if a is not None:
                     op.closure = a.value
@@ -890,6 +901,12 @@ def classify(mm, fn, resolver: RoleResolver) -> None:
             role, info = resolver.of_expr(fn, op.node.func)
             if role == catalog.LOSS:
                 op.kind, op.info = LOSS, info
+                continue
+        if op.func is None and isinstance(op.node.func, cst.Subscript) and _literal_key(op.node.func):
+            # ``self.model["generator"](z, c)``: a model of a dict of models, called
+            base = dotted(op.node.func.value)
+            if base and resolver.of_path(fn, base)[0] == catalog.MODEL:
+                op.kind, op.target, op.info = FORWARD, base, None
                 continue
         if attr == "forward" and op.recv_node is not None and op.recv not in (None, "self", "cls") \
                 and not (op.recv or "").startswith("super("):
