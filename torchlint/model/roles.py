@@ -631,8 +631,37 @@ class ModeSensitivity:
                     # a submodule handed in from outside: unknown
                     if self.r._param_role(m, p.lstrip("*"))[0] == catalog.MODEL:
                         return True
+                if self._runs_handed_in(cls, m):
+                    return True
             for op in walk(m.body):
                 if isinstance(op, CallOp) and self._call(m, op.node, zeros if m.name == "__init__" else frozenset()):
+                    return True
+        return False
+
+    def _runs_handed_in(self, cls, init) -> bool:
+        """A constructor argument kept as a submodule (``self.head = head``,
+        ``self.encoders = nn.ModuleList(encoders)``) and run by a method (``self.head(x)``,
+        ``for enc in self.encoders``): a module of the caller's choosing, maybe with dropout."""
+        params = {p.lstrip("*") for p in init.params[1:]} - {"self"}
+        kept = set()
+        for op in walk(init.body):
+            if not isinstance(op, AssignOp) or op.value is None:
+                continue
+            v = op.value
+            if isinstance(v, cst.Call) and (self.mm.qualify(dotted(v.func) or "") or "").rsplit(".", 1)[-1] \
+                    in ("ModuleList", "ModuleDict", "Sequential") and v.args:
+                v = v.args[0].value
+            if isinstance(v, cst.Name) and v.value in params:
+                kept.update(d for d in (dotted(t) for t in op.targets) if d and d.startswith("self."))
+        if not kept:
+            return False
+        for m in cls.methods.values():
+            if m.name == "__init__":
+                continue
+            for op in walk(m.body):
+                if isinstance(op, CallOp) and op.func in kept:
+                    return True
+                if isinstance(op, LoopOp) and dotted(op.iter) in kept:
                     return True
         return False
 
