@@ -325,13 +325,6 @@ for epoch in range(num_epochs):
                                          fix=_insert_train(fn, op, norm_path(path), ev[0]), scope=fn.qualname)
 
 
-def _forwards_without_training(mm, op) -> bool:
-    """``op`` calls a function of the tree that runs a model forward with gradients enabled and
-    neither runs backward nor steps."""
-    s = mm.summary_of(op.info)
-    return bool(s) and bool(s.get("grad_forward")) and not s.get("backward") and not s.get("step")
-
-
 def _insert_train(fn, op, target, origin=None):
     """Fix: `model.train()` at the start of the innermost loop around both the training step
     and what switched the model to eval mode (the epoch loop, typically); before the training
@@ -417,21 +410,15 @@ with torch.no_grad():
                 if loop.runs_once:
                     continue  # one batch taken to look at (`...; break`): one graph, not one per batch
                 fwds = [o for o in walk(loop.body) if isinstance(o, CallOp) and o.kind == FORWARD]
-                # a helper of the tree run once per batch that runs the model forward with
-                # gradients on, and trains nothing (``self._eval_step(batch)``)
-                steps = [o for o in walk(loop.body) if isinstance(o, CallOp) and o.kind == CALL
-                         and _forwards_without_training(mm, o)]
-                if not (fwds or steps) or uses_autograd(mm, loop.body):
+                if not fwds or uses_autograd(mm, loop.body):
                     continue
-                if any(o.grad in (GRAD_OFF, "?") for o in fwds + steps) or loop.grad in (GRAD_OFF, "?"):
+                if any(o.grad in (GRAD_OFF, "?") for o in fwds) or loop.grad in (GRAD_OFF, "?"):
                     continue
                 if _feeds_backward(mm, fn, loop):
                     continue
                 modes = set()
                 for o in fwds:
                     modes |= {m for m, _ in flow.at.get(id(o), frozenset())}
-                if steps:
-                    modes.add(ENTRY)  # the helper's models: in the mode this function leaves them
                 evalmode = "eval" in modes and "train" not in modes
                 if not evalmode and not (ENTRY in modes and "train" not in modes and is_eval_name(fn.name)):
                     continue

@@ -210,7 +210,7 @@ _APPLICABILITY = ("safe", "unsafe")
 _SUMMARY_TYPES = {"name": str, "qualname": str, "path": str, "line": int, "params": list, "free": list,
                   "exit_modes": dict, "return_modes": dict, "trains_in_entry": list, "evals_in_entry": list, "backward": bool,
                   "backward_inherits_grad": bool, "step": bool, "clear": bool, "sched_step": bool,
-                  "returns": list, "forward": bool, "grad_forward": bool, "moves": bool, "trains_on": list, "evaluates_on": list,
+                  "returns": list, "forward": bool, "moves": bool, "trains_on": list, "evaluates_on": list,
                   "grad": str}
 _CLASS_TYPES = {"is_module": bool, "bases": list, "methods": list, "mode_sensitive": bool, "forward": list}
 

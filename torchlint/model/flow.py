@@ -493,12 +493,6 @@ def summarize(mm, fn) -> dict:
         "grad": fn.decorator_grad,
         "returns": sorted(mm.return_facts(fn)),
         "forward": bool(function_events(fn, (FORWARD,))) or any(s.get("forward") for s in sub),
-        # once per call (not in a loop of its own, which is judged where it is), a forward that
-        # builds a graph unless the caller disables gradients (not under no_grad here, nor under
-        # a no_grad decorator), directly or through a helper: a per-batch step
-        "grad_forward": fn.decorator_grad != GRAD_OFF and (
-            any(op.grad != GRAD_OFF and op.loop is None for op in function_events(fn, (FORWARD,)))
-            or any(op.grad != GRAD_OFF and op.loop is None and s.get("grad_forward") for op, s in zip(calls, sub))),
         "moves": any(op.kind == "move" for op in all_ops(fn) if isinstance(op, CallOp))
         or any(s.get("moves") for s in sub),
         # loader parameters it iterates in a training loop / only in evaluation loops (TL701)
