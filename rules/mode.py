@@ -100,10 +100,11 @@ def _callee_key_paths(mm, fn, op, key_field):
 class EvalWithoutEvalMode(Rule):
     code = "TL201"
     name = "eval-without-eval-mode"
-    # preview: 69 findings and no real bug on 23 public repositories (issue 19); most
-    # evaluation code reaches its forward in a mode the analysis cannot see (framework hooks,
-    # a caller's eval(), deliberate train-mode evaluation)
     default = False
+    preview_reason = ('precision 0.38 on the tuned part of the real-world benchmark (6 real bugs in 16 findings) and '
+                      '0.22 on the held-out part (2 in 9): the false ones are models without active dropout that the '
+                      'analysis cannot prove so (a dropout rate of 0 in a config dict of another module, library '
+                      'classes) and eval mode set deep inside a library object')
     summary = "The model is evaluated while it may still be in train mode."
     why = (
         "In train mode, dropout drops activations at random and batch norm normalises with the "
