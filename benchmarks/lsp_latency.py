@@ -208,10 +208,11 @@ async def measure(n: int, args) -> dict:
 
 
 async def run(args) -> int:
+    load = os.getloadavg()[0]
     rows = [await measure(int(n), args) for n in args.lines.split(",")]
     print(f"debounce {args.debounce_ms} ms; diagnostics: didChange -> publishDiagnostics of that version, "
           f"net of the debounce; code action: request -> answer (ms); load average "
-          f"{os.getloadavg()[0]:.2f} at the end")
+          f"{load:.2f} at the start, {os.getloadavg()[0]:.2f} at the end")
     print("| lines | findings | first diagnostics | diagnostics p50 | p95 | max | code action p50 | p95 | max |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:

@@ -153,3 +153,65 @@ def test_disable_for_this_line_reads_only_the_statements_around_the_line():
     for n in range(1, len(lines) + 1):
         want = noqa_text(text, {n: {"TL103"}})[0].splitlines(True)[n - 1]
         assert noqa_line(lines[n - 1], n, {"TL103"}, _noqa_facts(Server(), "file:///t.py", text, n))[0] == want, n
+
+
+# ------------------------------------------------------------------ notebooks in the editor
+def _notebook_cells(min_lines: int) -> list:
+    """The code cells of the fixtures' notebooks (magics, shell escapes, a broken cell), then
+    training scripts of the fixtures as cells, until the program has ``min_lines`` lines."""
+    from torchlint import notebook
+
+    cells = []
+    for path in sorted(glob.glob(os.path.join(ROOT, "fixtures", "notebooks", "*.ipynb"))):
+        cells.extend(notebook.sources(notebook.load(path)))
+    for text in _long_module(min_lines).split("\n\n\n"):
+        if sum(c.count("\n") + 1 for c in cells) >= min_lines:
+            break
+        cells.append(text)
+    return cells
+
+
+def _lint_cells(path, cells, opts, memo=None):
+    from torchlint import notebook
+    from torchlint.engine import select_result
+    from torchlint.findings import path_token
+
+    doc = {"cells": [{"cell_type": "code", "source": c} for c in cells]}
+    nb = notebook.build(path, doc, list(range(len(cells))), cells)
+    return select_result(notebook.lint_cells(nb, opts, None, path_token(path), memo=memo, exports=memo is None), opts)
+
+
+def _cell_key(res):
+    return [(f.cell,) + k for f, k in zip(res.findings, _key(res))]
+
+
+def test_a_notebook_edited_cell_by_cell_lints_as_from_scratch_and_reuses_the_other_cells(tmp_path):
+    """The language server keeps a DocumentMemo per open notebook: a cell edit re-parses the
+    pieces of the program it touched; the findings (cell, line, fix) are those of a fresh lint."""
+    seed = 0
+    rng = random.Random(seed)
+    path = str(tmp_path / "lab.ipynb")
+    opts = _opts()
+    cells = _notebook_cells(300)
+    memo = DocumentMemo()
+    first = _lint_cells(path, cells, opts, memo)
+    assert _cell_key(first) == _cell_key(_lint_cells(path, cells, opts))
+    kept = {id(v) for k, v in memo.pieces.items() if isinstance(k, str)}
+    assert len(kept) > 10
+    seen_broken = 0
+    for step in range(12):
+        c = rng.randrange(len(cells))
+        lines = cells[c].split("\n")
+        _edit(lines, rng, step)  # the same edits as a module's, inside one cell
+        cells[c] = "\n".join(lines)
+        inc = _lint_cells(path, cells, opts, memo)
+        full = _lint_cells(path, cells, opts)
+        assert _cell_key(inc) == _cell_key(full), (seed, step, c, cells[c])
+        seen_broken += any(f.code == "TL001" for f in full.findings)
+    assert seen_broken and any(f.code != "TL001" for f in full.findings)
+    # one comment in one cell: every other piece of the program is the one parsed before
+    memo_ids = {id(v) for k, v in memo.pieces.items() if isinstance(k, str)}
+    c = next(i for i, text in enumerate(cells) if "loss.backward()" in text and '"""' not in text)
+    cells[c] = cells[c].replace("loss.backward()", "loss.backward()  # edited", 1)
+    _lint_cells(path, cells, opts, memo)
+    assert len(memo_ids & {id(v) for k, v in memo.pieces.items() if isinstance(k, str)}) >= len(memo_ids) - 2

@@ -114,6 +114,9 @@ class NotebookState:
     texts: dict = field(default_factory=dict)  # cell uri -> the text this lint saw
     findings: dict = field(default_factory=dict)  # cell uri -> findings, in cell positions
     task: Optional[asyncio.Task] = None
+    # the program of its code cells is linted with a memo too: a cell edit re-parses only the
+    # top-level statements of the program it touched
+    memo: DocumentMemo = field(default_factory=DocumentMemo)
 
 
 @dataclass
@@ -335,7 +338,10 @@ class TorchlintServer(LanguageServer):
         settings = self.settings_for(path)
         doc = {"cells": [{"cell_type": "code", "source": t} for t in texts]}
         program = notebook.build(path, doc, list(range(len(texts))), texts)
-        res = select_result(notebook.lint_cells(program, settings.opts, self.project, path_token(path)), settings.opts)
+        state = self.notebooks.get(nb_uri)
+        res = select_result(notebook.lint_cells(program, settings.opts, self.project, path_token(path),
+                                                memo=state.memo if state is not None else None, exports=False),
+                            settings.opts)
         by_cell: dict = {}
         for f in res.findings:
             if f.cell is not None and 0 < f.cell <= len(cells):

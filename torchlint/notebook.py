@@ -332,9 +332,10 @@ def broken_cells(cells) -> set:
     return set(_python_errors(build("", {"cells": []}, [], cells)))
 
 
-def lint_cells(nb: Notebook, opts, project, shown: str):
+def lint_cells(nb: Notebook, opts, project, shown: str, memo=None, exports: bool = True):
     """Lint a notebook's code cells as one program (a cell that does not parse is one TL001
-    and is left out); findings in cell positions, in cell order."""
+    and is left out); findings in cell positions, in cell order. ``memo`` and ``exports`` are
+    ``engine.lint_text``'s (the language server keeps a ``DocumentMemo`` per open notebook)."""
     from .engine import lint_text
     from .findings import Finding, Span
     from .rule import SyntaxErrorRule
@@ -343,7 +344,8 @@ def lint_cells(nb: Notebook, opts, project, shown: str):
     broken = _python_errors(nb)
     while True:
         program = _without_cells(nb, broken)
-        res = lint_text(path, program, opts, project, module_name=module_name(path), shown=shown, raw=True)
+        res = lint_text(path, program, opts, project, module_name=module_name(path), shown=shown, raw=True,
+                        memo=memo, exports=exports)
         bad = [f for f in res.findings if f.code == "TL001"]
         if not bad or not 1 <= bad[0].line <= len(nb.line_map):
             break
