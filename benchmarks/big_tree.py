@@ -68,8 +68,13 @@ _BAR = re.compile(r"\] (\d+)/(\d+) ([^\r\n\x1b]*?)\s*$")
 
 
 def _cmd(root, cache, jobs, *extra):
-    return [sys.executable, "-m", "torchlint", "check", ".", "--cache-dir", cache, "-j", str(jobs), "--exit-zero",
-            "--output-format", "concise", *extra]
+    """``torchlint check .`` as a user types it: the installed script, which (unlike
+    ``python -m``) does not put the tree on ``sys.path``, where the torch source's own
+    ``random.py`` and ``signal/`` would shadow the standard library's."""
+    script = os.path.join(os.path.dirname(sys.executable), "torchlint")
+    head = [script] if os.path.exists(script) else [sys.executable, "-P", "-m", "torchlint"]
+    return head + ["check", ".", "--cache-dir", cache, "-j", str(jobs), "--exit-zero", "--output-format", "concise",
+                   *extra]
 
 
 def run_on_pty(argv, cwd) -> dict:
@@ -122,7 +127,8 @@ def stalls(res) -> dict:
     """The longest still bar, and what happens after the first pass reached 100%."""
     ups = res["updates"]
     if not ups:
-        return {"longest_still_s": res["wall"], "after_first_pass_s": None, "phases": []}
+        return {"longest_still_s": round(res["wall"], 2), "longest_still_at": "no bar drawn",
+                "after_first_pass_s": None, "phases": []}
     times = [0.0] + [u[0] for u in ups] + [res["wall"]]
     gaps = [(b - a, i) for i, (a, b) in enumerate(zip(times, times[1:]))]
     longest, at = max(gaps)
@@ -160,6 +166,8 @@ def main(argv=None) -> int:
         cache = os.path.join(scratch, "cache")
         out = {"files": len(files), "load_before": os.getloadavg()}
         cold = run_on_pty(_cmd(tree, cache, args.jobs), tree)
+        if cold["rc"] not in (0, 1):
+            raise SystemExit(f"big_tree: the cold run exited {cold['rc']}")
         out["cold"] = {"wall_s": round(cold["wall"], 2), "updates": len(cold["updates"]), **stalls(cold)}
         out["cache_after_cold"] = cache_size(cache)
         warm = timed(_cmd(tree, cache, args.jobs), tree)
