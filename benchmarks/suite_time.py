@@ -4,7 +4,7 @@ busy 2-core machine; the budget is 5 minutes).
     flock /work/notes/suite.lock python benchmarks/suite_time.py [--budget 300] [-- PYTEST ARGS]
 
 Runs ``python -m pytest -q -p no:cacheprovider`` (the default run: ``-n auto``, ``@slow`` tests
-deselected) with ``--durations`` and ``-rs``, and prints a Markdown summary: the wall time, the
+deselected) with ``--durations`` and ``-rfEs``, and prints a Markdown summary: the wall time, the
 CPU time of the suite's processes, the load average before and after (the figures of a busy
 machine are not those of a quiet one), the outcome counts, the skip reasons grouped, and the
 slowest tests. Exits 1 when the suite fails or its wall time exceeds ``--budget`` seconds.
@@ -30,7 +30,7 @@ def main(argv=None) -> int:
     ap.add_argument("pytest_args", nargs="*", help="more pytest arguments (after --)")
     args = ap.parse_args(argv)
 
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--durations={args.slowest}", "-rs",
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--durations={args.slowest}", "-rfEs",
            *args.pytest_args]
     load_before = os.getloadavg()
     cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -63,7 +63,9 @@ def main(argv=None) -> int:
             print(f"| {secs} | {phase} | `{test}` |")
     broken = []
     if r.returncode != 0:
-        broken.append(f"the suite failed (exit {r.returncode}):\n" + "\n".join(out.splitlines()[-30:]) + r.stderr[-2000:])
+        failed = [ln for ln in out.splitlines() if ln.startswith(("FAILED ", "ERROR "))]
+        broken.append(f"the suite failed (exit {r.returncode}):\n" + "\n".join(failed or out.splitlines()[-30:])
+                      + r.stderr[-2000:])
     if wall > args.budget:
         broken.append(f"the suite took {wall:.0f} s, over the budget of {args.budget:.0f} s")
     for b in broken:
