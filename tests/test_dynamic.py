@@ -44,10 +44,12 @@ DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
     not torch.cuda.is_available(), reason="no CUDA device on this machine"))]
 # programs that need packages the test environment may not have
 _OPTIONAL = ("accelerate", "lightning", "pytorch_lightning", "transformers", "timm", "torchvision", "gym", "cv2",
-             "numpy", "diffusers", "mxnet", "matplotlib")
-# the rules whose probes came with issue 23: their buggy fixtures are confirmed by the whole
-# pipeline (harness, model construction or script), with the stand-ins it uses
-NEW_RULES = {"TL106", "TL107", "TL206", "TL302", "TL303", "TL405", "TL703"}
+             "numpy", "diffusers", "mxnet", "matplotlib", "sklearn")
+# the rules whose probes came with issue 23 (and the six rules of the catalogue that followed it):
+# their buggy fixtures are confirmed by the whole pipeline (harness, model construction or script),
+# with the stand-ins it uses
+NEW_RULES = {"TL106", "TL107", "TL206", "TL302", "TL303", "TL405", "TL703",
+             "TL108", "TL109", "TL205", "TL304", "TL603", "TL604"}
 # a 50k-token GPT with 8 micro-batches per step: past the CPU run's time limit here (on a GPU it runs)
 _GPU_SIZED = {"amp/bad/gpt_accumulation_clip_before_unscale.py"}
 
@@ -259,7 +261,10 @@ def new_rule_verdicts():
 def test_new_rule_probes_confirm_buggy_fixture(case, new_rule_verdicts):
     """TL106/TL107 (scaled gradients clipped or stepped: the CUDA-only program runs on the CPU with
     its GradScaler enabled there), TL206 (a kept state_dict() that changes with the next step),
-    TL302 (`.data`), TL303 (forward hooks skipped), TL405 (log of softmax), TL703 (eps)."""
+    TL302 (`.data`), TL303 (forward hooks skipped), TL405 (log of softmax), TL703 (eps); TL108 (steps
+    with no backward), TL109 (a backward through a retained graph after a step), TL205 (parameters
+    created after the optimizer, in none), TL304 (a submodule cut from the graph in forward), TL603
+    (a plain tensor attribute), TL604 (a loss weight left on the CPU)."""
     path, code, line = case
     rel = os.path.relpath(path, FIXTURES)
     if rel in _GPU_SIZED:

@@ -100,7 +100,17 @@ def _label(job: dict) -> str:
 
 CONCLUSIVE = ("ok", "stopped", "exit")
 # codes whose cause is the function's own control flow: a harness run can refute them
-HARNESS_REFUTES = {"TL101", "TL102", "TL103", "TL104", "TL105", "TL204", "TL501", "TL502"}
+HARNESS_REFUTES = {"TL101", "TL102", "TL103", "TL104", "TL105", "TL108", "TL204", "TL501", "TL502"}
+
+# codes refuted only by what the probe saw (an "anti" fact), not by the line running quietly
+NEEDS_ANTI = {
+    "TL108": "no optimizer step followed it in the run",
+    "TL109": "no backward() went back through a graph kept by retain_graph=True after an optimizer step",
+    "TL205": "no optimizer step saw the parameters it creates get gradients",
+    "TL304": "no backward() ran through the forward that calls it",
+    "TL603": "no forward of a module holding the attribute ran",
+    "TL604": "no forward of the loss module ran",
+}
 
 _REFUTE = {
     "TL101": "every optimizer step had gradients from a backward() that ran before it",
@@ -297,6 +307,8 @@ def _judge_facts(f, path: str, lines: list, jr, timeout: float, src: Source) -> 
                                                   f"seen, so the run cannot tell whether one should step")
         if code == "TL301" and (state.get("backwards") or 0) <= k and jr.status in CONCLUSIVE:
             return _dynamic("not-reached", head + f"line {line} ran, but no backward() ran after it")
+        if code in NEEDS_ANTI and not anti and jr.status in CONCLUSIVE:
+            return _dynamic("not-reached", head + f"line {line} ran, but {NEEDS_ANTI[code]}")
         if jr.status in CONCLUSIVE:
             why = anti[0]["evidence"] if anti else _REFUTE.get(code, "the probe saw nothing wrong")
             return _dynamic("refuted", head + f"line {line} ran (step {max(k, 1)}) and {why}")

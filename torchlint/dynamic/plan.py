@@ -44,6 +44,16 @@ PROBED = {
     "TL303": "the trace function: a module's forward() entered without Module.__call__ (its hooks skipped)",
     "TL405": "TorchFunctionMode: log() of softmax/sigmoid outputs",
     "TL703": "normalisation layer constructor wrapper: eps, and its effect on a unit-variance batch",
+    "TL108": "optimizer step pre-hooks: steps with no backward() reaching the optimizer's parameters and no gradient",
+    "TL109": "backward() wrapper: the graph kept by retain_graph=True, and parameters a step changed before the "
+             "next backward() through it",
+    "TL205": "Parameter creation order and optimizer step pre-hooks: parameters with gradients that no optimizer "
+             "holds, created after the optimizer",
+    "TL304": "forward pre-hooks at the finding's line and gradient signatures: the submodule called there gets no "
+             "gradient from backward()",
+    "TL603": "outermost forward: plain tensor attributes, their absence from state_dict(), Module.to('meta')",
+    "TL604": "loss-module forward pre-hooks: the device of weight/pos_weight against the input, and whether the "
+             "program moved either",
 }
 ROLES = ("model", "loader", "optimizer", "loss_fn", "scheduler", "device", "scaler")
 

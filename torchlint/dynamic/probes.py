@@ -85,6 +85,7 @@ _VIEWISH = {"ViewBackward0", "SqueezeBackward0", "SqueezeBackward1", "SqueezeBac
             "CloneBackward0", "SelectBackward0", "SliceBackward0", "ExpandBackward0",
             "ToCopyBackward0", "TBackward0", "PermuteBackward0", "TransposeBackward0",
             "ViewBackward1", "AsStridedBackward0", "IndexBackward0", "CatBackward0"}
+_AT_FORWARD = {"TL205", "TL603", "TL604"}  # codes checked at the outermost forward of a module
 _LOSSES = {"cross_entropy": "cross_entropy", "nll_loss": "nll_loss",
            "binary_cross_entropy_with_logits": "binary_cross_entropy_with_logits",
            "binary_cross_entropy": "binary_cross_entropy"}
@@ -126,7 +127,7 @@ class _Opt:
     __slots__ = ("ref", "name", "steps", "touched", "ever_touched", "bw_since_step", "state", "stale",
                  "cleared_between", "last_clear", "nonzero_after_bw", "first_step_before_bw",
                  "pending101", "first_bw_site", "bw_count", "norm_after_bw", "step_site", "last_bw_site",
-                 "prev_steps_site", "window", "wiped", "scaled_by", "unscaled")
+                 "prev_steps_site", "window", "wiped", "scaled_by", "unscaled", "idle", "born", "born_sites")
 
     def __init__(self, opt):
         self.ref = weakref.ref(opt)
@@ -151,6 +152,9 @@ class _Opt:
         self.wiped = set()  # lines of backward() calls whose gradients a clear wiped before the step
         self.scaled_by = None  # (scale, backward sites): a GradScaler-scaled backward fed these gradients
         self.unscaled = False  # scaler.unscale_(optimizer) ran since the last step
+        self.idle = 0  # steps in a row with no backward() reaching these parameters and no gradient (TL108)
+        self.born = 0  # the parameter count (Probes.param_seq) when the optimizer was built (TL205)
+        self.born_sites = None
 
 
 class Probes(TorchFunctionMode):
@@ -210,8 +214,18 @@ class Probes(TorchFunctionMode):
         self.standins: dict = {}  # what the run stood in for (CUDA on the CPU, missing modules)
         self.cuda_standin = self.device == "cpu" and not torch.cuda.is_available()
         self.check303 = False
+        self.cut_check = False  # TL304: a finding's line calls a submodule whose output forward cuts
+        self.current_root = None
         self.groups = [(os.path.abspath(p), set(lines)) for p, lines in (self.cfg.get("groups") or ())]
         self.all_reached_at = None
+        self.param_seq = 0  # parameters created so far (TL205: created after the optimizer?)
+        self.born: dict = {}  # id(param) -> (ref, seq, sites of its creation)
+        self.fwd_roots: dict = {}  # id(module) -> ref: modules whose training forward ran since the last step
+        self.retained = None  # the graph of the last backward(retain_graph=True) (TL109)
+        self.cut_mods: dict = {}  # id(module) -> (ref, sites, ref to root): called at a TL304 finding's line
+        self.checked603: set = set()
+        self.placed: dict = {}  # tensors put on a device by the program (TL604): .to(device), device=
+        self.loss_sites: dict = {}  # id(loss module) -> (ref, sites of its construction)
 
     # ------------------------------------------------------------------ sites
     def _is_user(self, filename: str) -> bool:
@@ -291,6 +305,7 @@ class Probes(TorchFunctionMode):
 
     def start_tracing(self):
         self.check303 = "TL303" in self.codes
+        self.cut_check = "TL304" in self.codes and bool(self.targets)
         if not self.targets and not self.check303:
             return
         # code objects carry the path as it was given: accept any spelling that resolves to it
@@ -384,6 +399,17 @@ class Probes(TorchFunctionMode):
             return
         n, have, norm = self.grad_state(opt)
         line = sites[0][1] if sites else "?"
+        if "TL205" in self.codes:
+            self._check_missing_params(opt, st, sites, what)
+        if st.touched:
+            if "TL108" in self.codes and sites:
+                self.anti("TL108", sites, f"backward() at line {st.last_bw_site[0][1] if st.last_bw_site else '?'} "
+                                          f"gave the parameters of {st.name} their gradients before {what}")
+            st.idle = 0
+        elif have == 0 or norm == 0.0:
+            st.idle += 1
+            if st.idle >= 2 and "TL108" in self.codes and sites:
+                self._obs108(st, sites, what, n, have)
         if not st.touched:
             if not st.ever_touched:
                 if k == 1:
@@ -422,6 +448,67 @@ class Probes(TorchFunctionMode):
                      f"{sstep} were not cleared, so {what} at line {line} applied the sum of "
                      f"{k - sstep + 1} steps' gradients")
         self._after_step(st)
+
+    def _obs108(self, st: _Opt, sites, what, n, have):
+        """TL108: the optimizer stepped again with no backward() reaching its parameters since its
+        previous step, and no gradient to apply (grad None or zero)."""
+        line = sites[0][1]
+        grads = (f"{n - have} of {n} parameters had no gradient (grad None)" if have < n else "") + \
+            (" and " if have and have < n else "") + (f"{have} had all-zero gradients" if have else "")
+        self.obs("TL108", sites, f"step {st.steps}: {what} at line {line} ran {st.idle} times in a row with no "
+                                 f"backward() reaching the parameters of {st.name} since its previous step: {grads}, "
+                                 f"so the step changed no weight from a loss")
+        st.pending101 = None  # the cause is the missing backward(), not its order (TL101)
+
+    def param_born(self, param):
+        """TL205: every parameter created, in order, with the user frames that created it."""
+        self.param_seq += 1
+        if len(self.born) > 200000:
+            self.born = {k: v for k, v in self.born.items() if v[0]() is not None}
+        try:
+            self.born[id(param)] = (weakref.ref(param), self.param_seq, self.sites())
+        except TypeError:
+            pass
+
+    def _check_missing_params(self, opt, st: _Opt, sites, what):
+        """TL205: at a step, trainable parameters of the models trained since the last step that
+        backward() gave gradients, that no optimizer holds, and that were created after this
+        optimizer was built (a layer replaced, a model rebuilt)."""
+        roots = [r() for r in self.fwd_roots.values()]
+        self.fwd_roots = {}
+        roots = [m for m in roots if m is not None]
+        if not roots or not sites:
+            return
+        held = set()
+        for other in list(self.opts.values()):
+            o = other.ref()
+            if o is not None:
+                held.update(id(p) for p in self._params(o))
+        missing, seen = [], set()
+        for m in roots:
+            for p in m.parameters():
+                if id(p) in seen or id(p) in held or not p.requires_grad or p.grad is None:
+                    continue
+                seen.add(id(p))
+                b = self.born.get(id(p))
+                if b is not None and b[0]() is p and b[1] > st.born:
+                    missing.append((p, b))
+        if not missing:
+            return
+        p0, (_, _, bsites) = missing[0]
+        n = sum(p.numel() for p, _ in missing)
+        with torch.no_grad():
+            gn = math.sqrt(sum(float(p.grad.detach().float().norm()) ** 2 for p, _ in missing))
+        owner = type(roots[0]).__name__
+        made = ("line " + ", called from line ".join(str(x[1]) for x in bsites[:3])) if bsites else \
+            "code outside the project"
+        built = f" at line {st.born_sites[0][1]}" if st.born_sites else ""
+        self.obs("TL205", bsites + sites,
+                 f"step {st.steps}: {what} at line {sites[0][1]} ran, but {len(missing)} trainable parameter(s) of "
+                 f"{owner} ({n} values, shapes {[list(p.shape) for p, _ in missing[:4]]}), created at {made} after "
+                 f"{st.name} was built{built}, are in no optimizer: backward() gave them gradients (norm {_fmt(gn)}) "
+                 f"and no step ever applies them, so they never train",
+                 key=("TL205", tuple(bsites[0][:2]) if bsites else None))
 
     def _after_step(self, st: _Opt):
         st.scaled_by = None
@@ -546,6 +633,16 @@ class Probes(TorchFunctionMode):
                     st.cleared_between = st.last_clear or [[f, ln, "?"] for f, ln in sorted(self.recent_lines)] \
                         or sites
         sig = self.signature()
+        cut = self._cut_snapshot() if self.cut_mods else None
+        retain = kwargs.get("retain_graph")
+        if retain is None:
+            retain = args[2] if len(args) > 2 else kwargs.get("create_graph", args[3] if len(args) > 3 else False)
+        if "TL109" in self.codes and isinstance(t, torch.Tensor) and t.grad_fn is not None:
+            if self.retained is not None and self.opt_steps > self.retained["opt_steps"]:
+                self._check_retained(t, sites, k)
+            self.retained = None
+            if retain:
+                self.retained = self._retain(t, sites)
         import warnings
 
         try:
@@ -582,6 +679,8 @@ class Probes(TorchFunctionMode):
                 psites, ev = st.pending101
                 self.obs("TL101", psites, ev + f"; backward() at line {line} computed them only afterwards")
                 st.pending101 = None
+        if cut:
+            self._cut_check(cut, sites, k)
         self.recent_lines.clear()
         if "TL501" in self.codes or "TL502" in self.codes:
             self._measure_graphs(k)
@@ -589,6 +688,61 @@ class Probes(TorchFunctionMode):
             self.cuda_mem.append(torch.cuda.memory_allocated())
         self.checkpoint()
         return r
+
+    def _retain(self, t, sites):
+        """TL109: the graph a backward(retain_graph=True) keeps, and the versions of the optimizers'
+        parameters at that moment."""
+        nodes, _ = _graph(t.grad_fn)
+        versions = {}
+        for st in self.opts.values():
+            opt = st.ref()
+            if opt is not None:
+                for p in self._params(opt):
+                    v = versions.get(id(p))
+                    versions[id(p)] = (weakref.ref(p), p._version, (v[2] if v else ()) + (st,))
+        return {"nodes": nodes, "versions": versions, "sites": sites, "opt_steps": self.opt_steps,
+                "steps": {id(st): st.steps for st in self.opts.values()}}
+
+    def _check_retained(self, t, sites, k):
+        """TL109: this backward goes back through the graph kept by the previous backward(retain_graph=True),
+        and an optimizer step in between changed parameters that shared part of the graph reaches."""
+        ret = self.retained
+        nodes, leaves = _graph(t.grad_fn)
+        shared = [n for n in nodes if n in ret["nodes"]]
+        if not shared:
+            self.anti("TL109", sites, f"backward() at line {sites[0][1] if sites else '?'} went through a graph built "
+                                      f"after the step (it shares no node with the one kept at line "
+                                      f"{ret['sites'][0][1] if ret['sites'] else '?'})")
+            return
+        changed, stepped = [], {}
+        for parent, var in leaves:
+            if parent not in ret["nodes"]:
+                continue
+            v = ret["versions"].get(id(var))
+            if v is None or v[0]() is not var or var._version == v[1]:
+                continue
+            mine = [st for st in v[2] if st.steps > ret["steps"].get(id(st), 0)]
+            if mine:
+                changed.append((var, v[1]))
+                stepped.update((id(st), st) for st in mine)
+        if not changed:
+            self.anti("TL109", sites, f"backward() at line {sites[0][1] if sites else '?'} went back through "
+                                      f"{len(shared)} node(s) of the graph kept at line "
+                                      f"{ret['sites'][0][1] if ret['sites'] else '?'}, but no parameter they reach "
+                                      f"was changed by a step in between")
+            return
+        st = next(iter(stepped.values()))
+        ssites = st.step_site or []
+        rline = ret["sites"][0][1] if ret["sites"] else "?"
+        line = sites[0][1] if sites else "?"
+        var, v0 = changed[0]
+        self.obs("TL109", sites + ssites,
+                 f"step {k}: backward() at line {line} went back through {len(shared)} autograd node(s) of the graph "
+                 f"kept by backward(retain_graph=True) at line {rline}, and {st.name}.step() at line "
+                 f"{ssites[0][1] if ssites else '?'} ran in between: {len(changed)} parameter(s) that graph reaches "
+                 f"had changed (shape {list(var.shape)}: version {v0} when the graph was kept, {var._version} now), "
+                 f"so these gradients mix activations of the old weights with the new ones (or backward() fails "
+                 f"on a saved tensor modified in place)")
 
     def _backward_error(self, exc, sites, k, grad_on, has_graph, caught=()):
         msg = str(exc).split("\n")[0].split(" Hint:")[0]
@@ -628,8 +782,16 @@ class Probes(TorchFunctionMode):
     # ------------------------------------------------------------------ forward hooks
     def fwd_pre(self, module, args):
         self.depth += 1
-        if self.depth != 1 or self.suspended:
+        if self.suspended:
             return
+        if self.depth != 1:
+            if self.cut_check and torch.is_grad_enabled():
+                self._cut_candidate(module)
+            return
+        if self.cut_check:
+            self.current_root = weakref.ref(module)
+        if self.codes & _AT_FORWARD:
+            self._forward_checks(module, args)
         self.forwards += 1
         if self.forwards > self.max_forward and not self.stopped and self._may_stop(self.forwards, self.max_forward):
             self.stopped = True
@@ -662,6 +824,186 @@ class Probes(TorchFunctionMode):
                       active=active, step=self.backwards + (1 if grad else 0))
         if "TL601" in self.codes:
             self._check_inputs(module, args, sites)
+
+    def _forward_checks(self, module, args):
+        """TL205 (the models a step should train), TL603 (plain tensor attributes), TL604 (loss weights)."""
+        is_loss = isinstance(module, nn.modules.loss._Loss)
+        if "TL205" in self.codes and not is_loss and torch.is_grad_enabled() and len(self.fwd_roots) < 64:
+            self.fwd_roots[id(module)] = weakref.ref(module)
+        if "TL603" in self.codes and id(module) not in self.checked603:
+            self.checked603.add(id(module))
+            try:
+                self._check_plain_tensors(module, args)
+            except Exception as exc:  # a probe must never break the user's forward
+                self.emit("probe-error", message=f"TL603: {type(exc).__name__}: {exc}")
+        if "TL604" in self.codes and is_loss:
+            self._check_loss_weight(module, args)
+
+    def _assign_sites(self, cls, name):
+        """The lines of the project's classes (cls and its bases) that assign ``self.<name> =``."""
+        import inspect
+        import re
+
+        key = (cls, name)
+        hit = self._fn_cache.get(key)
+        if hit is not None:
+            return hit
+        out = []
+        pat = re.compile(r"\bself\." + re.escape(name) + r"\s*(?::[^=]*)?=(?!=)")
+        for c in cls.__mro__:
+            if c in (nn.Module, object) or c.__module__.startswith("torch."):
+                continue
+            try:
+                fn = os.path.abspath(inspect.getsourcefile(c) or "")
+                if not self._is_user(fn):
+                    continue
+                lines, start = inspect.getsourcelines(c)
+            except (OSError, TypeError):
+                continue
+            out.extend([fn, start + i, c.__name__] for i, text in enumerate(lines) if pat.search(text))
+        self._fn_cache[key] = out
+        return out
+
+    def _check_plain_tensors(self, root, args):
+        """TL603: tensors kept as plain attributes of a module (not parameters or buffers): not in
+        state_dict(), and Module.to() leaves them where they are."""
+        dev = next((t.device for t in _tensors(args)), None)
+        pdev = next((t.device for t in root.parameters()), None)
+        for i, m in enumerate(root.modules()):
+            if i > 2000:
+                break
+            for name, v in list(vars(m).items()):
+                if not isinstance(v, torch.Tensor) or isinstance(v, nn.Parameter) or v.dim() == 0:
+                    continue
+                sites = self._assign_sites(type(m), name)
+                if not sites:
+                    continue
+                cls = type(m).__name__
+                self.suspended += 1
+                try:
+                    keys = list(m.state_dict(keep_vars=True).keys())
+                    moved = None
+                    try:  # what Module.to() does with it: the module without its parameters and submodules
+                        shell = type(m).__new__(type(m))
+                        shell.__dict__.update(vars(m))
+                        shell.__dict__.update(_parameters={}, _modules={}, _buffers=dict(m._buffers))
+                        nn.Module._apply(shell, lambda t: t.to("meta"))
+                        moved = (getattr(shell, name).device, len(m._buffers))
+                    except Exception:
+                        moved = None
+                finally:
+                    self.suspended -= 1
+                ev = (f"the forward of {type(root).__name__} ran with `{cls}.{name}`, a plain tensor attribute "
+                      f"({v.dtype}, shape {list(v.shape)}, on {v.device}) that is neither a parameter nor a buffer: "
+                      f"state_dict() of {cls} has {len(keys)} key(s), none of them `{name}`")
+                if moved is not None:
+                    ev += (f"; Module.to('meta') on {cls} moved its {moved[1]} buffer(s) and left `{name}` on "
+                           f"{moved[0]}, as model.to(device) leaves it")
+                if pdev is not None and pdev != v.device:
+                    ev += f"; here the model's parameters are on {pdev} and `{name}` on {v.device}"
+                elif dev is not None and dev != v.device:
+                    ev += f"; here the input is on {dev} and `{name}` on {v.device}"
+                self.obs("TL603", sites, ev, key=("TL603", cls, name), weak=True)
+
+    def _check_loss_weight(self, module, args):
+        """TL604: the class weight of a loss module on another device than its input, or (on one
+        device) made on the CPU and never moved while the program moved its model."""
+        inp = next(_tensors(args), None)
+        if inp is None:
+            return
+        for bname in ("weight", "pos_weight"):
+            w = module._buffers.get(bname) if hasattr(module, "_buffers") else None
+            if not isinstance(w, torch.Tensor) or w.dim() == 0:
+                continue
+            made = self.loss_sites.get(id(module))
+            msites = made[1] if made and made[0]() is module else []
+            sites = self.sites()
+            if not (msites or sites):
+                continue
+            cls = type(module).__name__
+            built = f" (built at line {msites[0][1]})" if msites else ""
+            at = f"at line {sites[0][1]}" if sites else ""
+            if w.device != inp.device:
+                self.obs("TL604", msites + sites,
+                         f"step {self.backwards + 1}: the {bname} of {cls}{built} is on {w.device} and its input "
+                         f"{at} on {inp.device}: the loss cannot combine them (a device mismatch)",
+                         key=("TL604", tuple(msites[0][:2]) if msites else None, bname))
+            elif not self.moved_modules or id(module) in self.moved_modules or \
+                    self._lookup_ref(self.placed, w) is not None:
+                if msites:
+                    self.anti("TL604", msites, f"the {bname} of {cls}{built} was where its input was ({w.device}), "
+                                               f"and it {'moved with the loss module' if id(module) in self.moved_modules else 'was put there by the program' if self.moved_modules else 'stayed with an unmoved model'}")
+            else:
+                mdev = next(iter(self.moved_modules.values()))
+                self.obs("TL604", msites + sites,
+                         f"step {self.backwards + 1}: the {bname} of {cls}{built} ({w.dtype}, shape {list(w.shape)}) "
+                         f"was made on {w.device} without device= and never moved (neither it nor the loss module "
+                         f"went through .to()), while the program moved its model with .to({mdev}); the loss "
+                         f"{at} ran on {inp.device} here, on a GPU this is a device mismatch",
+                         key=("TL604", tuple(msites[0][:2]) if msites else None, bname))
+
+    def _lookup_ref(self, table, t):
+        r = table.get(id(t))
+        return t if r is not None and r() is t else None
+
+    def loss_init(self, orig):
+        probes = self
+
+        def __init__(mod, *args, **kwargs):
+            orig(mod, *args, **kwargs)
+            if not probes.suspended and "TL604" in probes.codes:
+                if len(probes.loss_sites) > 1000:
+                    probes.loss_sites = {k: v for k, v in probes.loss_sites.items() if v[0]() is not None}
+                probes.loss_sites[id(mod)] = (weakref.ref(mod), probes.sites())
+        return __init__
+
+    def _cut_candidate(self, module):
+        """TL304: a submodule called from a finding's line (``self.encoder(x).detach()``)."""
+        if id(module) in self.cut_mods or len(self.cut_mods) > 64:
+            return
+        f = sys._getframe(2)
+        for _ in range(16):
+            if f is None or self._is_user(f.f_code.co_filename):
+                break
+            f = f.f_back
+        if f is None or not self._is_user(f.f_code.co_filename):
+            return
+        fn = os.path.abspath(f.f_code.co_filename)
+        if f.f_lineno not in self.targets.get(fn, ()):
+            return
+        self.cut_mods[id(module)] = (weakref.ref(module), [[fn, f.f_lineno, f.f_code.co_name]], self.current_root)
+
+    def _cut_snapshot(self):
+        snap = []
+        for mref, msites, rref in list(self.cut_mods.values()):
+            m = mref()
+            root = rref() if rref is not None else None
+            if m is None or root is None:
+                continue
+            mine = [p for p in m.parameters() if p.requires_grad]
+            ids = {id(p) for p in mine}
+            others = [p for p in root.parameters() if p.requires_grad and id(p) not in ids]
+            if not mine or not others:
+                continue
+            snap.append((m, msites, mine, [_grad_sig(p) for p in mine], others, [_grad_sig(p) for p in others]))
+        return snap
+
+    def _cut_check(self, snap, sites, k):
+        for m, msites, mine, before, others, obefore in snap:
+            if [_grad_sig(p) for p in mine] != before:
+                self.anti("TL304", msites, f"backward() at line {sites[0][1] if sites else '?'} gave gradients to "
+                                           f"the parameters of {type(m).__name__} called at line {msites[0][1]}")
+                continue
+            if [_grad_sig(p) for p in others] == obefore:
+                continue
+            none = sum(1 for p in mine if p.grad is None)
+            got = sum(1 for p, b in zip(others, obefore) if _grad_sig(p) != b)
+            self.obs("TL304", msites + sites,
+                     f"step {k}: backward() at line {sites[0][1] if sites else '?'} gave no gradient to the "
+                     f"{len(mine)} parameter(s) of {type(m).__name__} called at line {msites[0][1]} "
+                     f"({none} still grad None), while {got} other parameter(s) of the model got gradients: the "
+                     f"forward cut {type(m).__name__}'s output from the graph there, so it never trains",
+                     key=("TL304", tuple(msites[0][:2])), weak=True)
 
     def fwd_post(self, module, args, output):
         self.depth = max(0, self.depth - 1)
@@ -736,6 +1078,8 @@ class Probes(TorchFunctionMode):
             if same is not None:  # `.cuda()` stood in by the CPU: still a move for the device probes
                 if "TL602" in codes or "TL601" in codes:
                     self._propagate(func, name, args, kwargs, same)
+                if "TL604" in codes:
+                    self._tag(self.placed, same)
                 return same
         if name == "__getitem__" and "TL302" in codes and args and isinstance(args[0], torch.Tensor) and \
                 args[0].dim() == 0 and self._lookup(self.data_alias, args[0]) is not None:
@@ -788,7 +1132,20 @@ class Probes(TorchFunctionMode):
                     del self.inplace_log[:-200]
         if "TL602" in codes or "TL601" in codes:
             self._propagate(func, name, args, kwargs, out)
+        if "TL604" in codes and isinstance(out, torch.Tensor):
+            self._place(name, args, kwargs, out)
         return out
+
+    def _place(self, name, args, kwargs, out):
+        """TL604: tensors the program put on a device (``.to(device)``, ``.cuda()``, ``device=``), and
+        small tensors computed from them outside forward (weights derived from moved labels)."""
+        if (name in ("to", "cuda") and (name == "cuda" or "device" in kwargs or any(
+                isinstance(a, (str, torch.device, int, torch.Tensor)) and not isinstance(a, bool)
+                for a in args[1:]))) or (name in _FACTORIES and kwargs.get("device") is not None):
+            self._tag(self.placed, out)
+        elif self.placed and self.depth == 0 and not out.requires_grad and 0 < out.numel() <= 65536 and any(
+                self._lookup_ref(self.placed, t) is not None for t in _tensors(args)):
+            self._tag(self.placed, out)
 
     def _lookup(self, table, t):
         r = table.get(id(t))
@@ -1518,6 +1875,11 @@ class Probes(TorchFunctionMode):
         for g in self.graph_findings():
             self.emit("obs", step=self.backwards, **g)
         for st in self.opts.values():
+            opt = st.ref()
+            if "TL108" in self.codes and opt is not None and st.steps and not st.bw_count and st.idle and \
+                    st.step_site:
+                n, have, _ = self.grad_state(opt)
+                self._obs108(st, st.step_site, "optimizer.step()", n, have)
             if st.bw_count and st.steps == 0 and st.first_bw_site:
                 self.emit("end104", sites=st.first_bw_site,
                           evidence=f"{st.bw_count} backward() call(s) computed gradients for the parameters "
@@ -1552,6 +1914,40 @@ def _torch_caller(frame) -> bool:
             return fn.startswith(_TORCH_DIR + os.sep)
         frame = frame.f_back
     return False
+
+
+def _graph(fn, limit=200000):
+    """The autograd nodes reachable from ``fn`` (Python objects kept alive as the values, so
+    their ids stay theirs while the result lives) and the parameters at its leaves, as
+    (id of the node above, tensor)."""
+    seen: dict = {}
+    leaves = []
+    stack = [fn]
+    while stack and len(seen) < limit:
+        f = stack.pop()
+        if f is None or id(f) in seen:
+            continue
+        seen[id(f)] = f
+        try:
+            nxt = f.next_functions
+        except Exception:
+            continue
+        for n, _ in nxt:
+            if n is None:
+                continue
+            if type(n).__name__ == "AccumulateGrad":
+                var = getattr(n, "variable", None)
+                if var is not None:
+                    leaves.append((id(f), var))
+                continue
+            if id(n) not in seen:
+                stack.append(n)
+    return seen, leaves
+
+
+def _grad_sig(p):
+    g = p.grad
+    return None if g is None else (id(g), g._version)
 
 
 def _checksum(t):
@@ -1630,8 +2026,20 @@ def install(cfg: dict, emit: Writer) -> Probes:
 
     def opt_init(self, *a, **k):
         orig_opt_init(self, *a, **k)
-        p.opt_state(self)
+        st = p.opt_state(self)
+        st.born = p.param_seq
+        if "TL205" in p.codes and not p.suspended:
+            st.born_sites = p.sites()
     torch.optim.Optimizer.__init__ = opt_init
+    orig_param_new = nn.Parameter.__new__
+
+    def param_new(cls, *a, **k):
+        param = orig_param_new(cls, *a, **k)
+        if "TL205" in p.codes and not p.suspended:
+            p.param_born(param)
+        return param
+    nn.Parameter.__new__ = staticmethod(param_new)
+    nn.modules.loss._Loss.__init__ = p.loss_init(nn.modules.loss._Loss.__init__)
     torch.Tensor.backward = p.backward_wrapper(torch.Tensor.backward, True)
     torch.autograd.backward = p.backward_wrapper(torch.autograd.backward, False)
     torch.optim.Optimizer.zero_grad = p.zero_grad_wrapper(torch.optim.Optimizer.zero_grad, False)

@@ -4,7 +4,7 @@ Only modules that a training run can do without are stood in, and only when the 
 cannot be imported: progress bars (``tqdm``: a pass-through iterator), experiment loggers
 (``wandb``, ``tensorboardX``, ``torch.utils.tensorboard``: no-ops) and ``torchvision``
 (datasets of random images of the real dataset's shape and class count, identity transforms,
-small models with the real ones' ``num_classes`` and ``fc``).  Each use is recorded (a
+small models with the real ones' ``num_classes`` and ``fc``, or VGG's ``classifier``).  Each use is recorded (a
 ``standin`` fact) and said in the evidence.  Anything else that is missing stays an
 ``ImportError``, which the verdict names.
 """
@@ -215,6 +215,20 @@ class _Classifier(nn.Module):
         return self.fc(self.features(x))
 
 
+class _VGGLike(nn.Module):
+    """A small CNN with the `features` and 7-layer `classifier` (4096 wide) of torchvision's VGG and AlexNet."""
+
+    def __init__(self, num_classes=1000):
+        super().__init__()
+        self.features = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+                                      nn.Flatten())
+        self.classifier = nn.Sequential(nn.Linear(16, 4096), nn.ReLU(), nn.Dropout(), nn.Linear(4096, 4096),
+                                        nn.ReLU(), nn.Dropout(), nn.Linear(4096, num_classes))
+
+    def forward(self, x):
+        return self.classifier(self.features(x))
+
+
 class _Segmenter(nn.Module):
     def __init__(self, num_classes=21):
         super().__init__()
@@ -230,7 +244,9 @@ def _model_factory(name, seg):
         n = int(num_classes or (21 if seg else 1000))
         _note(f"torchvision.models.{name}", f"torchvision is not installed: models.{name} stood in by a small "
                                             f"{'segmentation ' if seg else ''}CNN with {n} classes")
-        return _Segmenter(n) if seg else _Classifier(n)
+        if seg:
+            return _Segmenter(n)
+        return _VGGLike(n) if name.startswith(("vgg", "alexnet")) else _Classifier(n)
     make.__name__ = name
     return make
 
@@ -300,6 +316,39 @@ def _fallback_datasets(module) -> None:
         cls.__torchlint_fallback__ = True
 
 
+def _fallback_weights(module) -> None:
+    """The real torchvision.models: a model whose pretrained weights cannot be downloaded (no
+    network, no cache) is built with random weights instead of stopping the run."""
+    import functools
+    import inspect
+
+    for name in dir(module):
+        fn = getattr(module, name, None)
+        if not isinstance(fn, types.FunctionType) or getattr(fn, "__torchlint_fallback__", False) or \
+                name.startswith("_"):
+            continue
+        try:
+            if "weights" not in inspect.signature(fn).parameters:
+                continue
+        except (TypeError, ValueError):
+            continue
+
+        @functools.wraps(fn)
+        def build(*a, _orig=fn, _name=name, **k):
+            try:
+                return _orig(*a, **k)
+            except OSError as exc:  # urllib's URLError: the weights file could not be fetched
+                if k.get("weights") is None:
+                    raise
+                _note(f"torchvision.models.{_name}.weights", f"models.{_name}: its pretrained weights could not be "
+                                                              f"downloaded ({type(exc).__name__}: {str(exc)[:60]}), "
+                                                              f"so it was built with random weights")
+                k["weights"] = None
+                return _orig(*a, **k)
+        build.__torchlint_fallback__ = True
+        setattr(module, name, build)
+
+
 _READ_MODES = ("r", "c", "r+", "readonly", "copyonwrite", "readwrite")
 
 
@@ -329,6 +378,11 @@ def _fallback_memmap(np) -> None:
     np.memmap.__torchlint_fallback__ = True
 
 
+_PATCHED = {"torchvision.datasets": _fallback_datasets, "numpy": _fallback_memmap,
+            "torchvision.models": _fallback_weights, "torchvision.models.segmentation": _fallback_weights,
+            "torchvision.models.detection": _fallback_weights}
+
+
 class _Wrapped(importlib.abc.Loader):
     def __init__(self, loader, patch):
         self.loader, self.patch = loader, patch
@@ -351,11 +405,10 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def find_spec(self, fullname, path=None, target=None):
         root = fullname.split(".")[0]
         if self.front:
-            if fullname in ("torchvision.datasets", "numpy"):
+            if fullname in _PATCHED:
                 spec = importlib.machinery.PathFinder.find_spec(fullname, path)
                 if spec is not None and spec.loader is not None:
-                    spec.loader = _Wrapped(spec.loader, _fallback_datasets if fullname != "numpy"
-                                           else _fallback_memmap)
+                    spec.loader = _Wrapped(spec.loader, _PATCHED[fullname])
                 return spec
             if fullname != _TB and not fullname.startswith(_TB + "."):
                 return None
@@ -394,11 +447,13 @@ def install(probes) -> None:
     _PROBES[0] = probes
     for name in [n for n, m in list(sys.modules.items()) if getattr(m, "__torchlint_standin__", False)]:
         sys.modules.pop(name, None)
-    if "numpy" in sys.modules:  # torch imported it already
-        try:
-            _fallback_memmap(sys.modules["numpy"])
-        except Exception:
-            pass
+    for name, patch in _PATCHED.items():  # imported already (torch imports numpy; an earlier job torchvision)
+        m = sys.modules.get(name)
+        if m is not None and not getattr(m, "__torchlint_standin__", False):
+            try:
+                patch(m)
+            except Exception:
+                pass
     if not any(isinstance(f, _Finder) for f in sys.meta_path):
         sys.meta_path.insert(0, _Finder(front=True))
         sys.meta_path.append(_Finder(front=False))
