@@ -1,6 +1,8 @@
 """Time the dynamic mode: confirmation per finding, on CPU and on a GPU.
 
     python benchmarks/dynamic_bench.py --device cpu [--device cuda] [--full] [--json out.json]
+    python benchmarks/dynamic_bench.py --single --device cuda     # one finding, cold, its time split
+    python benchmarks/dynamic_bench.py --reach --device cuda      # every buggy fixture: verdicts by family
 
 For each device it reports:
 
@@ -137,13 +139,124 @@ def bench(device: str, full: bool, steps: int) -> dict:
                                 for v in ("confirmed", "refuted", "not-reached")}
         res["auto_not_reached"] = [f"{os.path.relpath(f.path, ROOT)}:{f.code}:{f.line}: {f.dynamic['evidence'][:160]}"
                                    for f in af if f.dynamic["verdict"] == "not-reached"]
-    # 5. one finding alone, cold
-    f = finding(*cs[0])
-    t0 = time.perf_counter()
-    confirm_findings([f], [], device=device, steps=steps, timeout=300, way="entry")
-    res["single_cold_s"] = round(time.perf_counter() - t0, 2)
-    res["single"] = f"{os.path.relpath(f.path, ROOT)}:{f.code} -> {f.dynamic['verdict']}"
+    # 5. one finding alone, cold, with where its time went
+    res.update(single_cold(cs[0], device, steps))
     return res
+
+
+def single_cold(case, device: str, steps: int) -> dict:
+    """Confirm one finding in a fresh child, the latency a user sees, split into the interpreter's
+    start, ``import torch`` (with the probes' module), the CUDA start, the ``torch._dynamo`` import
+    that torch's optimizers make on their first use, the program under the probes, the probes'
+    own set-up and finish, and the rest (planning, judging, the parent's polling, teardown)."""
+    from torchlint.dynamic import runner
+
+    seen = []
+    orig = runner.run_jobs
+
+    def spy(*a, **k):
+        out = orig(*a, **k)
+        seen.append(out)
+        return out
+    runner.run_jobs = spy
+    try:
+        f = finding(*case)
+        t0 = time.perf_counter()
+        confirm_findings([f], [], device=device, steps=steps, timeout=300, way="entry")
+        total = time.perf_counter() - t0
+    finally:
+        runner.run_jobs = orig
+    res = {"single_cold_s": round(total, 2),
+           "single": f"{os.path.relpath(f.path, ROOT)}:{f.code} -> {f.dynamic['verdict']}"}
+    if not seen or seen[0].spawned_at is None:
+        return res
+    out = seen[0]
+    env = out.env
+    jobs = [j for j in out.jobs.values() if j.seconds is not None]
+    job_s = sum(j.seconds for j in jobs)
+    timing = [j.detail.get("timing") or {} for j in jobs]
+    dynamo = sum((t.get("imports_s") or {}).get("torch._dynamo", 0.0) for t in timing)
+    split = {
+        "interpreter_start_s": round(env.get("child_t0", out.spawned_at) - out.spawned_at, 3),
+        "import_torch_s": env.get("import_torch_s"),
+        "cuda_init_s": env.get("cuda_init_s") or 0.0,
+        "torch_dynamo_import_s": round(dynamo, 3),
+        "program_s": round(job_s - dynamo, 3),
+        "probes_setup_finish_s": round(sum(t.get("probe_setup_s", 0.0) for t in timing), 3),
+    }
+    known = sum(v for v in split.values() if isinstance(v, (int, float)))
+    split["rest_s"] = round(total - known, 3)
+    res["single_split"] = split
+    try:
+        import importlib.util
+
+        import torch  # noqa: F401  (only to find its files: is its bytecode cached?)
+
+        res["torch_pyc_cached"] = os.path.exists(importlib.util.cache_from_source(torch.__file__))
+    except Exception:
+        pass
+    return res
+
+
+FAMILIES = [("TL1", "loop order (TL1xx)"), ("TL2", "modes, grad mode, state (TL2xx)"), ("TL3", "autograd (TL3xx)"),
+            ("TL4", "loss (TL4xx)"), ("TL5", "memory (TL5xx)"), ("TL6", "device (TL6xx)"), ("TL7", "data (TL7xx)"),
+            ("TL8", "debug (TL8xx)")]
+
+
+def reach(device: str, steps: int, timeout: float) -> dict:
+    """`torchlint confirm fixtures/*/bad` with every rule selected (preview included): the verdict
+    of every static finding, counted by rule family (the table of docs/dynamic.md)."""
+    import glob
+    import subprocess
+
+    from torchlint.codes import CODES
+
+    codes = ",".join(c for c in sorted(CODES) if not c.startswith("TL0"))
+    files = sorted(glob.glob(os.path.join(ROOT, "fixtures", "*", "bad", "*.py")))
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "torchlint", "confirm", "--select", codes, "--device", device,
+                           "--steps", str(steps), "--timeout", str(timeout), "--output-format", "json", *files],
+                          cwd=ROOT, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    try:
+        found = json.loads(proc.stdout)
+    except ValueError:
+        return {"device": device, "error": (proc.stderr or proc.stdout)[-2000:]}
+    rows, left = {}, []
+    for f in found:
+        d = f.get("dynamic") or {}
+        fam = next((name for pre, name in FAMILIES if f["code"].startswith(pre)), "other")
+        r = rows.setdefault(fam, {"findings": 0, "confirmed": 0, "refuted": 0, "not-reached": 0})
+        r["findings"] += 1
+        r[d.get("verdict", "not-reached")] = r.get(d.get("verdict", "not-reached"), 0) + 1
+        if d.get("verdict") != "confirmed":
+            left.append(f"{os.path.relpath(f['filename'], ROOT)}:{f['location']['row']} {f['code']} "
+                        f"{d.get('verdict')}: {d.get('evidence', '')[:220]}")
+    return {"device": device, "wall_s": round(wall, 1), "programs": len(files), "families": rows, "left": left}
+
+
+def print_reach(r: dict) -> None:
+    if r.get("error"):
+        print("   ", r["error"])
+        return
+    print(f"== reach on the buggy fixtures, {r['device']}: {r['programs']} programs, {r['wall_s']} s")
+    print("| rule family | static findings | confirmed | refuted | not reached | decided |")
+    print("|---|---|---|---|---|---|")
+    tot = {"findings": 0, "confirmed": 0, "refuted": 0, "not-reached": 0}
+    for _, name in FAMILIES + [(None, "other")]:
+        x = r["families"].get(name)
+        if not x:
+            continue
+        for k in tot:
+            tot[k] += x[k]
+        dec = x["confirmed"] + x["refuted"]
+        print(f"| {name} | {x['findings']} | {x['confirmed']} | {x['refuted']} | {x['not-reached']} | "
+              f"{100 * dec / x['findings']:.0f}% |")
+    dec = tot["confirmed"] + tot["refuted"]
+    print(f"| **all** | {tot['findings']} | {tot['confirmed']} | {tot['refuted']} | {tot['not-reached']} | "
+          f"{100 * dec / max(1, tot['findings']):.1f}% |")
+    for line in r["left"]:
+        print("   ", line)
 
 
 def main():
@@ -152,8 +265,35 @@ def main():
     ap.add_argument("--full", action="store_true")
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--single", action="store_true",
+                    help="only one finding alone in a fresh child, with its time split (a few seconds)")
+    ap.add_argument("--reach", action="store_true",
+                    help="confirm every buggy fixture with every rule selected: the verdicts by rule family")
+    ap.add_argument("--timeout", type=float, default=120.0)
     args = ap.parse_args()
     rows = []
+    if args.reach:
+        for dev in args.device or ["cpu"]:
+            r = reach(dev, args.steps, args.timeout)
+            rows.append(r)
+            print_reach(r)
+        if args.json:
+            with open(args.json, "w") as fh:
+                json.dump(rows, fh, indent=2)
+        return
+    if args.single:
+        for dev in args.device or ["cpu"]:
+            r = {"device": dev, **single_cold(cases(False)[0], dev, args.steps)}
+            rows.append(r)
+            print(f"== {dev}: one finding alone (cold child): {r['single_cold_s']} s ({r['single']})")
+            for k, v in (r.get("single_split") or {}).items():
+                print(f"   {k[:-2].replace('_', ' '):24s} {v} s")
+            if "torch_pyc_cached" in r:
+                print(f"   torch bytecode cached: {r['torch_pyc_cached']}")
+        if args.json:
+            with open(args.json, "w") as fh:
+                json.dump(rows, fh, indent=2)
+        return
     for dev in args.device or ["cpu"]:
         r = bench(dev, args.full, args.steps)
         rows.append(r)
@@ -178,6 +318,9 @@ def main():
             for line in r["auto_not_reached"]:
                 print(f"      not reached: {line}")
         print(f"   one finding alone (cold child): {r['single_cold_s']} s ({r['single']})")
+        if r.get("single_split"):
+            print("      split: " + ", ".join(f"{k[:-2].replace('_', ' ')} {v} s" for k, v in r["single_split"].items())
+                  + (f"; torch bytecode cached: {r['torch_pyc_cached']}" if "torch_pyc_cached" in r else ""))
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(rows, fh, indent=2)

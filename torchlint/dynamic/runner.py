@@ -64,6 +64,7 @@ class RunOutcome:
         self.stderr = ""
         self.children = 0
         self.wall = 0.0
+        self.spawned_at: Optional[float] = None  # time.time() when the first child was started
         # on_event(outcome, kind, job id, data): each "spawn", "env", "start" and "end" as it happens
         self.on_event = on_event
 
@@ -305,6 +306,8 @@ def run_jobs(jobs: list, cfg: dict, timeout: float, device: str, memory_mb: Opti
             argv = [sys.executable, "-c", "import sys; del sys.path[0]; from torchlint.dynamic.child import main; main()",
                     cpath]
             outcome.event("spawn", None, first=start == 0)
+            if start == 0:
+                outcome.spawned_at = time.time()
             proc = _spawn(argv, env, cwd or os.getcwd(), device, memory_mb)
             outcome.children += 1
             pos, current, killed, rc = _supervise(proc, results, outcome, by_id, timeout, memory_mb, pos)
