@@ -59,3 +59,27 @@ def test_eager_training_never_imports_dynamo_computes_the_same_and_compile_still
     # then the same program compiles: the real module arrives and is the one torch holds
     assert lazy["dynamo_imported"] and lazy["same_object"]
     assert lazy["compiled"] == pytest.approx([1.682942, 1.682942], rel=1e-5)
+
+
+def test_the_child_keeps_the_placeholder_while_every_probe_is_installed(tmp_path):
+    """The probes (and the stand-ins, which look at every module in sys.modules) must not make
+    the placeholder import the real module: an eager training run in the child never imports it."""
+    from torchlint.dynamic import PROBED, observe
+
+    prog = tmp_path / "eager_train.py"
+    prog.write_text(
+        "import sys\n"
+        "import torch\n"
+        "model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))\n"
+        "opt = torch.optim.Adam(model.parameters(), lr=1e-3)\n"
+        "for _ in range(3):\n"
+        "    opt.zero_grad()\n"
+        "    torch.nn.functional.cross_entropy(model(torch.randn(8, 4)), torch.randint(0, 2, (8,))).backward()\n"
+        "    opt.step()\n"
+        "print('dynamo module:', type(sys.modules.get('torch._dynamo')).__name__)\n")
+    out = observe([str(prog)], device="cpu", steps=3, timeout=120, codes=sorted(PROBED))
+    jr = out.jobs[0]
+    assert jr.status in ("ok", "stopped"), (jr.status, jr.detail, out.stderr[-2000:])
+    assert out.env.get("dynamo_deferred") is True
+    assert "dynamo module: Placeholder" in out.stdout, out.stdout[-2000:]
+    assert "torch._dynamo" not in (jr.detail.get("timing") or {}).get("imports_s", {})

@@ -441,15 +441,24 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
                 pass
 
 
+def _own(module, name):
+    try:
+        return vars(module).get(name, False)
+    except TypeError:
+        return False
+
+
 def install(probes) -> None:
     """Put the finders in place (the back one is asked only after every real finder failed);
     drop the stand-in modules of the previous run so each run records its own use of them."""
     _PROBES[0] = probes
-    for name in [n for n, m in list(sys.modules.items()) if getattr(m, "__torchlint_standin__", False)]:
+    # read each module's own namespace: a module-level __getattr__ (the child's placeholder for
+    # torch._dynamo, see lazydynamo) must not run for a name it does not have
+    for name in [n for n, m in list(sys.modules.items()) if _own(m, "__torchlint_standin__")]:
         sys.modules.pop(name, None)
     for name, patch in _PATCHED.items():  # imported already (torch imports numpy; an earlier job torchvision)
         m = sys.modules.get(name)
-        if m is not None and not getattr(m, "__torchlint_standin__", False):
+        if m is not None and not _own(m, "__torchlint_standin__"):
             try:
                 patch(m)
             except Exception:
