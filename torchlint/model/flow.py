@@ -292,8 +292,10 @@ def _wrapped_model(mm, fn, value) -> Optional[str]:
     return None
 
 
-# parameters that name a mode or phase (train, is_training, eval_mode, phase, mode, test, val)
-_MODE_PARAM = re.compile(r"train|eval|mode|phase|test|val|infer", re.I)
+# parameters that are a mode flag or a phase name (train, is_training, eval_mode, phase, mode),
+# not a loader or a schedule that merely names one (val_loader, eval_every, test_interval)
+_MODE_PARAM = re.compile(r"^(is_|do_|in_)?(train|training|eval|evaluate|evaluation|test|testing|val|valid|validation"
+                         r"|infer|inference)(_mode)?$|^(mode|phase|split|stage)$", re.I)
 
 
 def _names(expr) -> set:
