@@ -18,10 +18,12 @@ HELPER_BODIES = {
     "zero_grad": "    optimizer.zero_grad()\n",
     "step": "    optimizer.step()\n",
     "data": "    out = model(x)\n    return out.data\n",
+    # a write through .data: TL302 unless every caller (another module) runs it under no_grad
+    "data_write": "    out = model(x)\n    out.data.clamp_(0, 1)\n    return out\n",
     "forward": "    return model(x)\n",
 }
 PARAMS = {"eval": "model", "train": "model", "zero_grad": "optimizer", "step": "optimizer",
-          "data": "model, x", "forward": "model, x"}
+          "data": "model, x", "data_write": "model, x", "forward": "model, x"}
 
 
 @dataclass
@@ -155,51 +157,106 @@ def write(root: str, p: Project) -> list:
 
 
 def findings(results) -> list:
-    return sorted((r.path, f.code, f.line, f.column, f.message) for r in results for f in r.findings)
+    """What a report shows of ``results`` (FileResults), each finding by its path as shown."""
+    return shown([f for r in results for f in r.findings])
+
+
+def shown(found) -> list:
+    return sorted((f.path, f.code, f.line, f.column, f.message) for f in found)
 
 
 class Checker:
-    """Lints one project folder every way there is and says where they disagree."""
+    """Lints one project folder every way there is and says where they disagree. Every rule
+    runs, preview rules included (a selection only filters results), so the cross-module mode
+    rules (TL201/TL202) are compared too. ``compared`` counts the comparisons made, by way."""
 
     def __init__(self, root: str, cache_dir: str):
+        from collections import Counter
+
         from torchlint.engine import LintOptions
-        from torchlint.selection import enabled_codes
+        from torchlint.selection import enabled_codes, preview_codes
 
         self.root, self.cache_dir = root, cache_dir
-        self.memos: dict = {}  # path -> the language server's engine.DocumentMemo of that document
-        self.opts = LintOptions(frozenset(enabled_codes(["TL"], [], [])), root=root)
+        self.extend = sorted(preview_codes())
+        # the project's configuration selects them, for the language server (which reads it)
+        with open(os.path.join(root, "pyproject.toml"), "w") as fh:
+            fh.write("[tool.torchlint]\nextend-select = [%s]\n" % ", ".join(f'"{c}"' for c in self.extend))
+        self.opts = LintOptions(frozenset(enabled_codes(["TL"], [], self.extend)), root=root)
+        self.server = None  # the language server, started at the first step that compares it
+        self.texts: dict = {}  # path -> the text the server's editor last saved
+        self.compared = Counter()
+        self.codes = Counter()  # the findings seen (cold), by code: what the steps exercised
 
     def check(self, paths, jobs2: bool = False, lsp: bool = True, fix: bool = True) -> list:
         """The disagreements (empty: all agree) of the ways of linting ``paths``."""
         from torchlint.cache import Cache
-        from torchlint.engine import DocumentMemo, lint_text, run
-        from torchlint.project import Workspace
+        from torchlint.engine import run
 
         bad = []
         cold = findings(run(paths, self.opts, jobs=1))
+        self.codes.update(c for _, c, *_ in cold)
         cached = findings(run(paths, self.opts, jobs=1, cache=Cache(self.cache_dir)))
+        self.compared["cached"] += 1
         if cached != cold:
             bad.append(("cached", cached, cold))
         if jobs2:
             two = findings(run(paths, self.opts, jobs=2))
+            self.compared["-j2"] += 1
             if two != cold:
                 bad.append(("-j2", two, cold))
-        if lsp or fix:
-            # the language server's index: the workspace's run through the CLI's cache, then
-            # each document linted against it (``TorchlintServer.lint_result``)
-            ws = Workspace(paths)
-            run(paths, self.opts, jobs=1, cache=Cache(self.cache_dir), workspace=ws)
-            docs = []
-            for path in paths:
-                with open(path) as fh:
-                    # as the server lints an open document: with what its last lint left
-                    memo = self.memos.setdefault(path, DocumentMemo())
-                    docs.append(lint_text(path, fh.read(), self.opts, ws.index, memo=memo, exports=False))
-            if lsp and findings(docs) != cold:
-                bad.append(("lsp", findings(docs), cold))
+        if lsp:
+            got = shown(self._lsp(paths))
+            self.compared["lsp"] += 1
+            if got != cold:
+                bad.append(("lsp", got, cold))
         if fix:
+            self.compared["fix"] += 1
             bad.extend(self._fix_disagreements(paths, cold))
         return bad
+
+    def _lsp(self, paths) -> list:
+        """The diagnostics of a language server (``torchlint.lsp.TorchlintServer``) that has
+        every file open, as an editor leaves them after saving this step's edits one file at a
+        time: the server's save path (``refresh_saved``: the saved file linted and its exports
+        swapped in the workspace index) and then the other open documents linted again, as
+        ``did_save`` does. The server indexes the workspace once (``index_workspace``, through
+        the CLI's cache), when it starts; the files it has not been told about since then are
+        opened with the text they have now."""
+        from lsprotocol import types
+        from pygls.workspace import Workspace as LspWorkspace
+
+        from torchlint.lsp import DocState, TorchlintServer
+
+        texts = {}
+        for path in paths:
+            with open(path) as fh:
+                texts[path] = fh.read()
+        uri = {path: "file://" + path for path in paths}
+        srv = self.server
+        if srv is None:
+            srv = self.server = TorchlintServer()
+            srv.protocol._workspace = LspWorkspace("file://" + self.root)
+            srv.index_workspace()
+            for n, path in enumerate(paths):
+                srv.workspace.put_text_document(types.TextDocumentItem(uri[path], "python", 0, texts[path]))
+                srv.docs[uri[path]] = DocState()
+            self.texts = dict(texts)
+        published = {}  # uri -> the findings its save published
+        saved = [p for p in paths if self.texts.get(p) != texts[p]]
+        for path in saved:  # the editor saves the edited files one by one
+            srv.workspace.remove_text_document(uri[path])
+            srv.workspace.put_text_document(types.TextDocumentItem(uri[path], "python", 1, texts[path]))
+            done = srv.refresh_saved(uri[path])
+            assert done is not None and done[0] == texts[path]
+            published = {uri[path]: done[1]}
+            self.texts[path] = texts[path]
+        # the documents not published by their own save: linted again (``did_save``), or,
+        # at a step without a save, linted as they are (``did_open``)
+        out = []
+        for path in paths:
+            u = uri[path]
+            out.extend(published[u] if u in published else srv.lint(u, texts[path]))
+        return out
 
     def _fix_disagreements(self, paths, cold) -> list:
         """The fixes ``--fix --diff --unsafe-fixes`` applies, in every pass, must be those of
@@ -214,7 +271,7 @@ class Checker:
         from torchlint.config import Config
         from torchlint.runner import Runner
 
-        runner = Runner(Config(root=self.root), ["TL"], [], [], jobs=1, cache=None, progress=False)
+        runner = Runner(Config(root=self.root), ["TL"], [], self.extend, jobs=1, cache=None, progress=False)
         with redirect_stdout(io.StringIO()), redirect_stderr(io.StringIO()):
             report = fixer.fix_files(runner, paths, unsafe=True, diff=True)
         reported = {(os.path.abspath(p), code, line) for p, code, line, _, _ in cold}

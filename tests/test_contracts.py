@@ -73,6 +73,25 @@ def test_a_rule_reading_callers_under_no_grad_is_linted_again_when_they_change(t
     assert tl(".", cwd=tmp_path) == fresh
 
 
+def test_reproduction_1_as_filed_gets_one_answer(tmp_path):
+    """Reproduction 1 with the helper as the issue filed it (``return out.data``): whatever
+    TL302 concludes of it, ``--no-cache``, ``-j2`` and a cached run after a comment is
+    appended to ``helpers.py`` say the same."""
+    files = dict(EVAL_HELPER)
+    files["helpers.py"] = """
+        def grab(model, x):
+            out = model(x)
+            return out.data
+    """
+    _write(tmp_path, files)
+    cold = tl("--no-cache", "-j1", ".", cwd=tmp_path)
+    assert tl("--no-cache", "-j2", ".", cwd=tmp_path) == cold
+    assert tl(".", cwd=tmp_path) == cold
+    with open(tmp_path / "helpers.py", "a") as fh:
+        fh.write("# a comment\n")
+    assert tl(".", cwd=tmp_path) == cold == tl("--no-cache", ".", cwd=tmp_path)
+
+
 def test_the_model_sees_the_project_only_through_a_recording_view(tmp_path):
     """What a module's model and rules can reach of the project is a ``ProjectView``: no
     attribute of the model holds the index itself, and each accessor records a question."""

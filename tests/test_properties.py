@@ -1,6 +1,7 @@
 """One answer whatever the cache, the jobs or the command, on generated projects under random
 edit sequences (``tests/properties.py``; thousands more steps: ``benchmarks/properties.py``)."""
 import random
+from collections import Counter
 
 import pytest
 
@@ -11,6 +12,9 @@ SEQUENCES, STEPS = 12, 20  # 240 edit steps
 
 @pytest.mark.parametrize("seed", range(SEQUENCES))
 def test_cached_cold_jobs_lsp_and_fix_agree_under_random_edits(tmp_path, seed):
+    """At every step a cached run and the language server (saving the step's edits) agree
+    with ``--no-cache -j1``; ``--fix`` acts only on what it reports every fourth step; ``-j2``
+    (a pool of processes) at the first and the last step."""
     rng = random.Random(seed)
     root = tmp_path / "proj"
     root.mkdir()
@@ -19,7 +23,28 @@ def test_cached_cold_jobs_lsp_and_fix_agree_under_random_edits(tmp_path, seed):
     history = []
     for step in range(STEPS):
         paths = write(str(root), project)
-        # -j2 forks a pool: at the first and the last step of each sequence
-        bad = checker.check(paths, jobs2=step in (0, STEPS - 1), lsp=step % 2 == 0, fix=step % 4 == 0)
+        bad = checker.check(paths, jobs2=step in (0, STEPS - 1), lsp=True, fix=step % 4 == 0)
         assert not bad, (seed, history, project.files(), bad)
         history.append(edit(project, rng))
+    assert checker.compared == {"cached": STEPS, "lsp": STEPS, "fix": STEPS // 4, "-j2": 2}
+
+
+def test_the_edit_sequences_reach_the_cross_module_rules(tmp_path):
+    """The generated projects are not trivially clean: over the sequences of the test above,
+    the rules that read other modules' facts fire (a helper's mode for TL201/TL202, its clear
+    for TL103, its callers' ``no_grad`` for TL302), and each sequence edits several ways."""
+    from torchlint.engine import LintOptions, run
+    from torchlint.selection import enabled_codes, preview_codes
+
+    opts = LintOptions(frozenset(enabled_codes(["TL"], [], sorted(preview_codes()))))
+    codes, kinds = Counter(), Counter()
+    for seed in range(SEQUENCES):
+        rng = random.Random(seed)
+        project = random_project(rng)
+        root = tmp_path / str(seed)
+        root.mkdir()
+        for _ in range(STEPS // 4):  # (the first steps of each sequence: cheap enough)
+            codes.update(f.code for r in run(write(str(root), project), opts) for f in r.findings)
+            kinds[edit(project, rng)] += 1
+    assert {"TL103", "TL201", "TL202", "TL203", "TL302"} <= set(codes), codes
+    assert len(kinds) >= 8, kinds
