@@ -49,8 +49,12 @@ def test_rule_examples_parse():
 
 
 def test_readme_lists_every_rule():
+    """README's table of rules is generated too (so a new rule edits no README by hand)."""
+    from torchlint.docs import readme_with_table
+
     with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as fh:
         readme = fh.read()
+    assert readme == readme_with_table(readme), "run `python -m torchlint.docs docs/rules`"
     for code in RULES:
         if code == "TL000":
             continue
