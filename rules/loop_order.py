@@ -5,6 +5,7 @@ import libcst as cst
 
 from torchlint.model import catalog
 from torchlint.model.binder import dotted
+from torchlint.model.dataflow import code_children
 from torchlint.model.flow import norm_path
 from torchlint.model.ir import (
     AUTOGRAD_GRAD, BACKWARD, CALL, CLEAR, FORWARD, LOSS, SCHED_STEP, STEP, AssignOp, CallOp, LoopOp, all_ops,
@@ -386,13 +387,14 @@ for x, y in loader:
             if any(is_kind(mm, o, STEP) for o in whole):
                 yield from self._unstepped_optimizers(mm, fn, whole, reported)
                 continue
+            backwards = [next((o for o in iteration(mm, fn, loop.body) if is_kind(mm, o, BACKWARD)), None)
+                         for loop in all_ops(fn) if isinstance(loop, LoopOp) and loop.parent is None]
+            backwards = [b for b in backwards if b is not None]
+            if not backwards:
+                continue  # (asked first: what follows reads every assignment of the function)
             if manual_update(fn) or grads_handed_off(fn) or optimizer_wrapper_call(mm, fn, whole):
                 continue  # updated by hand, by another process, or by a wrapper's own method
-            for loop in (o for o in all_ops(fn) if isinstance(o, LoopOp) and o.parent is None):
-                seq = iteration(mm, fn, loop.body)
-                bwd = next((o for o in seq if is_kind(mm, o, BACKWARD)), None)
-                if bwd is None:
-                    continue
+            for bwd in backwards:
                 node, via = bwd.node, ""
                 helper = local_function(bwd.info) if bwd.kind == CALL else None
                 if helper is not None:
@@ -637,7 +639,7 @@ def _live_names(expr) -> set:
         if isinstance(e, cst.Name):
             out.add(e.value)
             continue
-        stack.extend(e.children)
+        stack.extend(code_children(e))
     return out
 
 

@@ -195,6 +195,9 @@ def _code_children(e) -> list:
     return out
 
 
+# the model's walks over expressions use it (``.children`` builds every child again)
+code_children = _code_children
+
 _SCAN_LEAVES = frozenset((cst.Name, cst.Integer, cst.Float, cst.SimpleString, cst.Lambda))
 _COMPS = frozenset((cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp))
 

@@ -28,6 +28,7 @@ from typing import Callable, Hashable, Iterable, Optional
 import libcst as cst
 
 from .binder import dotted
+from .dataflow import code_children
 from .ir import STEP, AssignOp, BranchOp, CallOp, DefOp, JumpOp, LoopOp, ReturnOp, walk
 
 State = Hashable
@@ -79,7 +80,7 @@ def _assigned_in(ops) -> set:
                 if isinstance(e, cst.Name):
                     out.add(e.value)
                 else:
-                    stack.extend(e.children)
+                    stack.extend(code_children(e))
     return out
 
 
@@ -90,7 +91,7 @@ def _names(expr) -> set:
         if isinstance(e, cst.Name):
             out.add(e.value)
         else:
-            stack.extend(e.children)
+            stack.extend(code_children(e))
     return out
 
 

@@ -13,6 +13,7 @@ import libcst as cst
 
 from . import catalog
 from .binder import dotted
+from .dataflow import code_children
 from .flow import norm_path
 from .ir import (
     AUTOGRAD_GRAD, BACKWARD, CALL, CLEAR, FORWARD, GRAD_OFF, LOSS, SCHED_STEP, STEP, AssignOp, CallOp, LoopOp,
@@ -378,7 +379,7 @@ def _reads_grad(e) -> bool:
         x = stack.pop()
         if isinstance(x, cst.Attribute) and x.attr.value == "grad":
             return True
-        stack.extend(x.children)
+        stack.extend(code_children(x))
     return False
 
 
@@ -413,7 +414,7 @@ def names_in(expr) -> set:
                 parts = d.split(".")
                 out.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
                 continue
-        stack.extend(e.children)
+        stack.extend(code_children(e))
     return out
 
 
@@ -423,7 +424,7 @@ def _contains(tree, node) -> bool:
         e = stack.pop()
         if e is node:
             return True
-        stack.extend(e.children)
+        stack.extend(code_children(e))
     return False
 
 
@@ -670,7 +671,7 @@ def _trained_inside(cls, expr, trained: set) -> Optional[str]:
                 return d
         if isinstance(e, cst.Name) and e.value in trained:
             return trained[e.value]
-        stack.extend(e.children)
+        stack.extend(code_children(e))
     return None
 
 
@@ -797,7 +798,7 @@ def _scores(block) -> bool:
             if isinstance(e, cst.Comparison) and any(isinstance(c.operator, (cst.Equal, cst.NotEqual))
                                                      for c in e.comparisons):
                 return True
-            stack.extend(e.children)
+            stack.extend(code_children(e))
     return False
 
 

@@ -51,6 +51,7 @@ class RoleResolver:
         self._module_roles: Optional[dict] = None
         self._class_roles: dict = {}
         self._otherwise: dict = {}
+        self._definitions: dict = {}  # (id(fn), path) -> definition(fn, path)
 
     # ----------------------------------------------------------- expressions
     def of_expr(self, fn, expr) -> Role:
@@ -282,13 +283,36 @@ class RoleResolver:
         parameter has no definition here (``None``).  Tuple unpacking of ``accelerator.prepare``
         and of tuple literals gives the matching element.
         """
+        key = (id(fn), path)
+        if key in self._definitions:  # asked for every call of a name (aliases of functions)
+            return self._definitions[key]
+        d = self._definitions[key] = self._definition(fn, path)
+        return d
+
+    def _bound(self, fn, ops) -> dict:
+        """path -> the value of the first plain assignment of ``ops`` (of ``fn``) binding it."""
+        key = ("bound", id(fn), ops is fn.body)
+        out = self._definitions.get(key)
+        if out is None:
+            out = self._definitions[key] = {}
+            for op in ops:
+                if isinstance(op, AssignOp) and op.aug is None and op.value is not None:
+                    for t in op.targets:
+                        paths = [dotted(e.value) for e in t.elements] if isinstance(t, (cst.Tuple, cst.List)) \
+                            else [dotted(t)]
+                        for p in paths:
+                            if p and p not in out:
+                                v = _value_bound_to(op, p)
+                                if v is not None:
+                                    out[p] = v
+        return out
+
+    def _definition(self, fn, path: str) -> Optional[tuple]:
         f = fn
         while f is not None:
-            for op in all_ops(f):
-                if isinstance(op, AssignOp) and op.aug is None and op.value is not None:
-                    v = _value_bound_to(op, path)
-                    if v is not None:
-                        return f, v
+            v = self._bound(f, all_ops(f)).get(path)
+            if v is not None:
+                return f, v
             if path in f.params or path.split(".", 1)[0] in f.params and not path.startswith("self."):
                 return None
             f = f.parent
@@ -306,11 +330,9 @@ class RoleResolver:
             return None
         mf = self.mm.module_function
         if fn is not mf:
-            for op in mf.body:
-                if isinstance(op, AssignOp) and op.aug is None and op.value is not None:
-                    v = _value_bound_to(op, path)
-                    if v is not None:
-                        return mf, v
+            v = self._bound(mf, mf.body).get(path)
+            if v is not None:
+                return mf, v
         return None
 
     def optimizer_owners(self, fn, path: Optional[str]) -> Optional[frozenset]:
