@@ -276,3 +276,27 @@ def test_a_cache_is_a_store_behind_a_small_protocol(tmp_path, monkeypatch):
     monkeypatch.setattr(libcst, "parse_module", lambda *a, **k: parses.append(1) or real(*a, **k))
     assert shown(run(files, opts, cache=store)) == cold
     assert store.hits == 2 and not parses
+
+
+def test_a_package_linted_without_the_module_it_re_exports_is_linted_once(tmp_path, monkeypatch):
+    """``pkg/__init__.py`` alone (pre-commit passes only the changed files) re-exports a
+    function named like its module (``from .spawn import spawn, ProcessContext``): the names
+    resolve to ``pkg.spawn.X``, not one ``spawn`` longer at every answer check (which linted
+    the file again in every round and exported ``pkg.spawn.spawn.spawn.spawn.X``)."""
+    from torchlint import engine
+    from torchlint.selection import enabled_codes
+
+    _write(tmp_path, {"pkg/__init__.py": '''
+        """Process helpers."""
+        from .spawn import ProcessContext, spawn, start_processes
+
+        __all__ = ["ProcessContext", "spawn", "start_processes"]
+    '''})
+    lints = []
+    real = engine._lint_module
+    monkeypatch.setattr(engine, "_lint_module", lambda *a, **k: lints.append(1) or real(*a, **k))
+    opts = engine.LintOptions(frozenset(enabled_codes(["TL"], [], [])), prefilter=False)
+    (res,) = engine.run([str(tmp_path / "pkg" / "__init__.py")], opts)
+    assert len(lints) == 1
+    assert res.reexports == {"pkg.ProcessContext": "pkg.spawn.ProcessContext", "pkg.spawn": "pkg.spawn.spawn",
+                             "pkg.start_processes": "pkg.spawn.start_processes"}

@@ -330,8 +330,10 @@ class ProjectIndex:
                     # a method reached through a re-exported class: pkg.Trainer.fit
                     head, _, last = qual.rpartition(".")
                     # (not a module's own name that its package re-exports: ``pkg.f`` of
-                    # ``from .f import f`` is the function, ``pkg.f.f`` the module's member)
-                    if head in self.reexports and head != qual and head not in self.modules:
+                    # ``from .f import f`` is the function, ``pkg.f.f`` the module's member,
+                    # whether or not the module ``pkg.f`` is one of the linted files)
+                    if head in self.reexports and head != qual and head not in self.modules \
+                            and not self.reexports[head].startswith(head + "."):
                         qual = f"{self.reexports[head]}.{last}"
                     else:
                         return qual
