@@ -16,6 +16,9 @@ For each corpus, in one invocation, on the same files and the same number of pro
 * TorchFix           (``torchfix --select ALL -j N``; another venv: ``--torchfix PATH``)
 * libcst parse       (``libcst.parse_module`` of every file in a pool of N processes: the floor)
 * ruff               (``ruff check --select ALL``, RAYON_NUM_THREADS=N; a reference, Rust)
+* baseline cold      (``--baseline DIR``: torchlint cold from another checkout, e.g. an older
+                      commit's ``git worktree``, right after torchlint cold on the same files;
+                      the CPU seconds of the two are what to compare on a shared machine)
 
 and torchlint cold on 10%, 50% and 100% of the files (every 10th, every 2nd, all: the same mix
 of file sizes) to show that throughput does not degrade with the size of the tree. The 10% and
@@ -150,6 +153,20 @@ def count_lines(files) -> int:
 def torchlint_cmd(paths, cache_dir, jobs):
     return [sys.executable, "-m", "torchlint", "check", *paths, "--cache-dir", cache_dir, "-j", str(jobs),
             "--exit-zero", "--no-progress", "-q", "--output-format", "concise", "-o", os.devnull]
+
+
+def baseline_path(checkout: str, scratch: str) -> str:
+    """A folder to put first on ``PYTHONPATH`` that imports the torchlint of ``checkout`` (a
+    source checkout maps its ``rules/`` to ``torchlint.rules``: linked here)."""
+    out = os.path.join(scratch, "baseline-path")
+    pkg = os.path.join(out, "torchlint")
+    os.makedirs(pkg)
+    src = os.path.join(os.path.abspath(checkout), "torchlint")
+    for n in os.listdir(src):
+        os.symlink(os.path.join(src, n), os.path.join(pkg, n))
+    if not os.path.exists(os.path.join(pkg, "rules")):
+        os.symlink(os.path.join(os.path.abspath(checkout), "rules"), os.path.join(pkg, "rules"))
+    return out
 
 
 def pick_touched(files) -> str:
@@ -397,6 +414,11 @@ def bench_corpus(name, root, args, scratch) -> dict:
         row("torchlint cold", _run(torchlint_cmd([root], cache, jobs)))
         if "scaling" in res:
             res["scaling"][100] = dict(rows["torchlint cold"])
+        if args.baseline:  # (an old checkout may still start a daemon: not for a benchmark)
+            env = {"PYTHONPATH": args.baseline_path, "TORCHLINT_NO_DAEMON": "1"}
+            r = _run(torchlint_cmd([root], cache + "-baseline", jobs), env)
+            r["baseline"] = args.baseline
+            row("baseline cold", r)
     if "libcst" in args.tools:
         row("libcst parse (floor)", _run([sys.executable, os.path.abspath(__file__), "--_parse-floor",
                                           listfile, str(jobs)]))
@@ -464,6 +486,11 @@ def render(results, load) -> str:
             rc = "" if r.get("rc", 0) in (0, 1) else f" [rc {r.get('rc')}]"
             out.append(f"| {label}{note}{rc} | {w:.2f}{_reps_note(r)} | {r.get('cpu', float('nan')):.2f} | {r['files'] / w:,.0f} | {r['lines'] / w:,.0f} | "
                        f"{r['maxrss_mb']:.0f} | {ratio} |")
+        if "baseline cold" in rows and cold:
+            b = rows["baseline cold"]
+            out.append(f"\ntorchlint cold against the baseline ({b['baseline']}), run one after the other: "
+                       f"{cold['cpu']:.1f} against {b['cpu']:.1f} CPU-s ({100 * (cold['cpu'] / b['cpu'] - 1):+.0f}%), "
+                       f"{cold['wall']:.1f} against {b['wall']:.1f} s wall")
         same = next((r for label, r in rows.items() if label.startswith("torchlint cold (the same")), None)
         tfx = next((r for label, r in rows.items() if label.startswith("TorchFix")), None)
         if same is not None and tfx is not None:
@@ -506,10 +533,16 @@ def main(argv=None) -> int:
                     help="bench one file in K of each corpus (a strided sample), e.g. on a loaded machine")
     ap.add_argument("--no-scaling", action="store_true", help="skip the 10%%/50%% runs")
     ap.add_argument("--json", help="also write the raw figures here")
+    ap.add_argument("--baseline", help="a checkout of another torchlint (git worktree add DIR COMMIT): its cold "
+                    "run follows torchlint cold on the same files")
     args = ap.parse_args(argv)
+    if args.baseline and not os.path.isdir(os.path.join(args.baseline, "torchlint")):
+        print(f"bench: error: {args.baseline}: not a torchlint checkout", file=sys.stderr)
+        return 2
     args.tools = set(args.tools.split(","))
     load0 = os.getloadavg()
     scratch = tempfile.mkdtemp(prefix="torchlint-bench-")
+    args.baseline_path = baseline_path(args.baseline, scratch) if args.baseline else None
     results = []
     try:
         corpora = []

@@ -26,11 +26,8 @@ from . import catalog
 from .binder import dotted
 from .ir import CallOp, all_ops
 
-_PASSTHROUGH = {"to", "cuda", "cpu", "train", "eval", "half", "float", "double", "bfloat16",
-                "to_empty", "requires_grad_", "share_memory"}
-_WRAPPERS = {"torch.nn.DataParallel", "torch.nn.parallel.DistributedDataParallel",
-             "torch.nn.parallel.DataParallel", "torch.compile", "torch.jit.script",
-             "torch.nn.SyncBatchNorm.convert_sync_batchnorm", "torch.nn.DistributedDataParallel"}
+_PASSTHROUGH = catalog.MODULE_SELF_METHODS
+_WRAPPERS = catalog.MODEL_WRAPPERS
 _PARTIAL = {"functools.partial"}
 _FWD = ("probs", "logprobs", "sigmoid", "logits")
 _MISSING = "-"  # a site that passes nothing (or nothing known) for a parameter
