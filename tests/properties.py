@@ -193,7 +193,7 @@ class Checker:
         from torchlint.engine import run
 
         bad = []
-        cold = findings(run(paths, self.opts, jobs=1))
+        cold = self.last_cold = findings(run(paths, self.opts, jobs=1))
         self.codes.update(c for _, c, *_ in cold)
         cached = findings(run(paths, self.opts, jobs=1, cache=Cache(self.cache_dir)))
         self.compared["cached"] += 1

@@ -48,3 +48,22 @@ def test_the_edit_sequences_reach_the_cross_module_rules(tmp_path):
             kinds[edit(project, rng)] += 1
     assert {"TL103", "TL201", "TL202", "TL203", "TL302"} <= set(codes), codes
     assert len(kinds) >= 8, kinds
+
+
+def test_the_language_server_relints_what_a_save_changed_the_answers_of(tmp_path):
+    """A helper that cleared an optimizer now puts the model in eval mode, and the training
+    loop now passes it the model: saved helpers.py then train.py. The helper's summary depends
+    on its call sites (its parameter is a model because train.py passes one), so saving
+    train.py must lint helpers.py again in the server's index, and train.py with it: TL202,
+    as ``--no-cache`` reports (the server kept the helper's stale summary)."""
+    from properties import Helper, Project
+
+    root = tmp_path / "proj"
+    root.mkdir()
+    checker = Checker(str(root), str(tmp_path / "cache"))
+    project = Project(helpers=[Helper("h0", "zero_grad", "helpers")], loop_calls=["h0"])
+    assert not checker.check(write(str(root), project), fix=False)
+    project.helpers[0].kind = "eval"
+    paths = write(str(root), project)
+    assert not checker.check(paths, fix=False)
+    assert ("TL202", 17) in {(c, line) for _, c, line, _, _ in checker.last_cold}

@@ -437,16 +437,46 @@ class TorchlintServer(LanguageServer):
             state = self.docs.get(uri)
             with self._lock:
                 res = self.lint_result(uri, text, state.memo if state is not None else None)
+                res.answers = self.project.answers(res.queries)
                 old = self.project_results.get(path)
                 self.project_results[path] = res
                 if old is not None:  # a file of the index: swap its exports
                     self.project_workspace.replace(old, res, self.project_results.values())
                 else:  # a new file of the workspace: its module joins the table
                     self.project = self._merged()
+                self._settle({res.module} if res.module else set())
+                if self.project_results[path] is not res:  # what it asked changed meanwhile
+                    res = self.lint_result(uri, text, state.memo if state is not None else None, exports=False)
             return text, res.findings
         except Exception:
             log.exception("refreshing the index failed")
             return None
+
+
+    def _settle(self, changed: set) -> None:
+        """After a save swapped a file's exports (of the modules ``changed``): the files of
+        the index whose questions now get other answers (a helper's summary, the call sites of
+        a function) are linted again and their exports swapped, round after round as
+        ``engine.run`` does, so the index stays what a fresh lint of the saved files builds."""
+        from .engine import lint_path
+        from .project import may_depend
+
+        for _ in range(3):
+            memo: dict = {}
+            stale = [p for p, r in self.project_results.items()
+                     if r.queries and may_depend(r.queries, changed) and self.project.answers(r.queries, memo) != r.answers]
+            if not stale:
+                return
+            changed = set()
+            for p in stale:
+                # (the saved text: an open document's unsaved edits are not the workspace's)
+                new = lint_path(p, self.settings_for(p).opts, self.project, raw=True)
+                new.answers = self.project.answers(new.queries)
+                old = self.project_results[p]
+                self.project_results[p] = new
+                self.project_workspace.replace(old, new, self.project_results.values())
+                if new.module:
+                    changed.add(new.module)
 
 
 def crash_finding(shown: str, exc: BaseException) -> Finding:
