@@ -1,9 +1,14 @@
 """Model mode and grad mode: evaluate in eval mode without graphs, train in train mode with them."""
 from __future__ import annotations
 
-from torchlint.findings import Related
+import libcst as cst
+
+from torchlint.findings import Fix, Related
+from torchlint.model.binder import dotted
 from torchlint.model.flow import ENTRY, norm_path
-from torchlint.model.ir import BACKWARD, CALL, FORWARD, GRAD_OFF, GRAD_ON, GRAD_UNKNOWN, STEP, LoopOp, CallOp, all_ops, walk
+from torchlint.model.ir import (
+    BACKWARD, CALL, FORWARD, GRAD_OFF, GRAD_ON, GRAD_UNKNOWN, STEP, AssignOp, CallOp, LoopOp, all_ops, walk,
+)
 from torchlint.model.queries import (
     analysable_functions, evaluates_after_training, is_kind, iteration, local_function, reaches_backward,
     steps_or_updates, training_loop_before, trains, untrained_here, untrained_path_here, uses_autograd, within,
@@ -476,6 +481,12 @@ def train_step(model, x, y, optimizer):
     loss.backward()
     optimizer.step()
 """
+    fix_safety = "unsafe"
+    fix_doc = ("Removes what turns gradients off around the backward: the `@torch.no_grad()` "
+               "decorator of its function, or the one-item `with torch.no_grad():` (`inference_mode`, "
+               "`set_grad_enabled(False)`) block around it, whose body is dedented. Unsafe: the "
+               "other code of that function or block then records a graph too (more memory), and "
+               "a part meant to run without gradients (a frozen encoder) must be wrapped again.")
     triggers = (b"no_grad", b"inference_mode", b"set_grad_enabled")
 
     def check(self, mm):
@@ -487,7 +498,8 @@ def train_step(model, x, y, optimizer):
                     where = "a `@torch.no_grad()` function" if fn.decorator_grad == GRAD_OFF and \
                         not self._inner_with(op, fn) else "a `no_grad`/`inference_mode` block"
                     yield Report(op.node, f"`backward()` runs inside {where}: no graph was recorded, "
-                                 "so there is nothing to differentiate", scope=fn.qualname)
+                                 "so there is nothing to differentiate", fix=_grad_back_on(fn, op),
+                                 scope=fn.qualname)
                 elif op.kind == CALL and op.grad == GRAD_OFF:
                     s = mm.summary_of(op.info)
                     if s and s.get("backward") and s.get("grad") != GRAD_ON \
@@ -500,3 +512,37 @@ def train_step(model, x, y, optimizer):
     @staticmethod
     def _inner_with(op, fn) -> bool:
         return False
+
+
+def _grad_back_on(fn, op):
+    """Fix (TL204): drop the no_grad decorator or unwrap the one-item no_grad block that holds
+    the backward; ``loss.requires_grad = True`` (the workaround that made the backward run
+    under no_grad) goes too: with gradients on, the loss is no leaf and that line would raise."""
+    def make(mm):
+        from torchlint.fixes import delete_lines, delete_statement_edit, statement_block, unwrap_with
+        from torchlint.model.queries import grad_context_site
+
+        site = grad_context_site(mm, fn, op.node)
+        if not isinstance(site, (cst.Decorator, cst.With)):
+            return None
+        region = fn.node if isinstance(site, cst.Decorator) else site
+        workarounds = [a.stmt for a in all_ops(fn) if _sets_requires_grad(a, op.recv)
+                       and mm.span_of(region)[0] <= mm.span_of(a.stmt)[0] <= mm.span_of(region)[2]]
+        if any(a is None or len(statement_block(fn.node, a) or ()) < 2 for a in workarounds):
+            return None
+        if isinstance(site, cst.With):
+            return unwrap_with(mm, site, "Run the block with gradients: remove the `no_grad` context", "unsafe",
+                               drop=workarounds)
+        fix = delete_lines(mm, site, "Remove the `no_grad` decorator of the training function", "unsafe")
+        return Fix(fix.message, fix.edits + tuple(delete_statement_edit(mm, a) for a in workarounds), "unsafe")
+    return make
+
+
+def _sets_requires_grad(op, name) -> bool:
+    """``name.requires_grad = True`` alone on its line."""
+    if not (isinstance(op, AssignOp) and op.aug is None and name and len(op.targets) == 1):
+        return False
+    t = op.targets[0]
+    return (isinstance(t, cst.Attribute) and t.attr.value == "requires_grad" and dotted(t.value) == name
+            and isinstance(op.value, cst.Name) and op.value.value == "True"
+            and isinstance(op.stmt, cst.SimpleStatementLine) and len(op.stmt.body) == 1)

@@ -334,6 +334,11 @@ def move_after_sibling(mm, root, stmts, holds, message: str, applicability: str,
     return Fix(message, tuple(edits), applicability)
 
 
+def delete_lines(mm, node, message: str, applicability: str) -> Fix:
+    """Remove the whole lines of ``node`` (a statement, a decorator)."""
+    return Fix(message, (delete_statement_edit(mm, node),), applicability)
+
+
 def delete_statement(mm, root, stmt, message: str, applicability: str) -> Optional[Fix]:
     """Remove a one-line statement; ``pass`` takes its place when it is alone in its block."""
     block = statement_block(root, stmt)
@@ -346,8 +351,9 @@ def delete_statement(mm, root, stmt, message: str, applicability: str) -> Option
     return Fix(message, (delete_statement_edit(mm, stmt),), applicability)
 
 
-def unwrap_with(mm, with_node, message: str, applicability: str) -> Optional[Fix]:
-    """Replace a one-item ``with`` statement by its body, dedented one level."""
+def unwrap_with(mm, with_node, message: str, applicability: str, drop=()) -> Optional[Fix]:
+    """Replace a one-item ``with`` statement by its body, dedented one level (without the
+    lines of the statements ``drop``)."""
     if not isinstance(with_node, cst.With) or len(with_node.items) != 1 \
             or not isinstance(with_node.body, cst.IndentedBlock) or not with_node.body.body:
         return None
@@ -359,8 +365,14 @@ def unwrap_with(mm, with_node, message: str, applicability: str) -> Optional[Fix
         return None
     unit = inner[len(ind):]
     skip = _string_interior_lines(mm)
+    dropped = set()
+    for stmt in drop:
+        dsl, _, del_, _ = mm.span_of(stmt)
+        dropped.update(range(dsl, del_ + 1))
     out = []
     for ln in range(sl + 1, el + 1):
+        if ln in dropped:
+            continue
         text = _line_text(mm, ln)
         if ln not in skip and text.startswith(ind + unit):
             text = ind + text[len(ind) + len(unit):]

@@ -984,3 +984,34 @@ def _only_called(expr, target: str) -> bool:
                 continue
         stack.extend(e.children)
     return True
+def grad_context_site(mm, fn, node):
+    """What sets the grad mode ``node`` (of ``fn``'s own body) runs in: the innermost ``with``
+    statement of ``fn`` whose items include a grad context (``no_grad``, ``inference_mode``,
+    ``enable_grad``, ``set_grad_enabled``), else the grad decorator of ``fn``; ``None`` when
+    neither holds it (the mode comes from the caller)."""
+    def grad_with(w) -> bool:
+        for it in w.items:
+            e = it.item
+            q = mm.qualify(dotted(e.func if isinstance(e, cst.Call) else e) or "")
+            if q in catalog.GRAD_OFF_CONTEXTS or q in catalog.GRAD_ON_CONTEXTS or q in catalog.SET_GRAD_ENABLED:
+                return True
+        return False
+
+    stack = [(fn.node.body, None)]
+    while stack:
+        n, around = stack.pop()
+        if n is node:
+            if around is not None:
+                return around
+            break
+        if isinstance(n, (cst.FunctionDef, cst.ClassDef, cst.Lambda)) and n is not fn.node:
+            continue
+        if isinstance(n, cst.With) and grad_with(n):
+            around = n
+        stack.extend((c, around) for c in n.children)
+    for d in getattr(fn.node, "decorators", ()):
+        e = d.decorator
+        q = mm.qualify(dotted(e.func if isinstance(e, cst.Call) else e) or "")
+        if q in catalog.GRAD_OFF_CONTEXTS or q in catalog.GRAD_ON_CONTEXTS:
+            return d
+    return None
