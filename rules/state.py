@@ -9,7 +9,7 @@ from torchlint.model import catalog
 from torchlint.model.binder import dotted
 from torchlint.model.ir import STEP, AssignOp, CallOp, LoopOp, all_ops
 from torchlint.model.queries import (
-    exclusive, is_kind, iteration, module_replacement, optimizer_constructions, reads_name,
+    exclusive, is_kind, iteration, module_replacement, names_in, optimizer_constructions, reads_name,
 )
 from torchlint.rule import Report, Rule
 
@@ -211,6 +211,13 @@ for x, y in loader:
         "`nn.Dropout()`) and wrappers (`nn.DataParallel(model)`) are not reported; an optimizer "
         "built again or given `add_param_group` after the replacement is fine."
     )
+    fix_safety = "unsafe"
+    fix_doc = ("Builds the optimizer after the change: moves its construction right after the "
+               "replacement (into the loop that rebuilds the model, when every use of the optimizer "
+               "is in that loop), or, when code in between uses the optimizer (a scheduler), moves the "
+               "one-line replacement above the construction. Only when nothing in between changes "
+               "what the moved line reads. Unsafe: the new layer's weights are trained from then on "
+               "(what the author meant, unless the layer was meant to stay frozen).")
     triggers = (b"parameters(",)
 
     def check(self, mm):
@@ -248,5 +255,53 @@ for x, y in loader:
                     yield Report(op.node, f"{what} after `{opt}` took the parameters of "
                                  f"`{sorted(owners)[0]}` (line {mm.line_of(build.node)}): the new parameters "
                                  f"are not in `{opt}` (used at line {mm.line_of(use.node)}), so they never "
-                                 "train; build the optimizer after the change", scope=fn.qualname)
+                                 "train; build the optimizer after the change",
+                                 fix=_optimizer_after_fix(fn, build, opt, owners, op), scope=fn.qualname)
                     break
+
+
+def _one_line_statement(op) -> bool:
+    return isinstance(op.stmt, cst.SimpleStatementLine) and len(op.stmt.body) == 1
+
+
+def _optimizer_after_fix(fn, build, opt, owners, rep):
+    """Fix (TL205): the optimizer built after the replacement ``rep`` (or ``rep`` moved above it)."""
+    def make(mm):
+        from torchlint.fixes import enclosing_statements, move_lines
+
+        if not (_one_line_statement(build) and _one_line_statement(rep)):
+            return None
+        ops = all_ops(fn)
+        b, i = ops.index(build), ops.index(rep)
+        between = [o for o in ops[b + 1:i] if not isinstance(o, LoopOp) and o.stmt is not rep.stmt]
+        outer_b = enclosing_statements(fn.node, build.stmt)
+        outer_r = enclosing_statements(fn.node, rep.stmt)
+        if outer_b is None or outer_r is None or [id(s) for s in outer_r[:len(outer_b)]] != list(map(id, outer_b)):
+            return None
+        extra = outer_r[len(outer_b):]
+        if not all(isinstance(s, (cst.For, cst.While, cst.With)) for s in extra):
+            return None
+
+        def assigned(o) -> set:
+            return {dotted(t) for t in getattr(o, "targets", ()) if dotted(t)} if isinstance(o, AssignOp) else set()
+
+        reads_b = names_in(build.value) - set(owners)
+        loops = [s for s in extra if isinstance(s, (cst.For, cst.While))]
+        uses = [o for o in ops if o is not build and not isinstance(o, LoopOp) and reads_name(o, opt)]
+        if not any(reads_name(o, opt) for o in between) \
+                and not any(assigned(o) & reads_b for o in between) \
+                and (not loops or (not opt.startswith("self.") and all(
+                    ops.index(o) > i and _holds(mm, loops[-1], o.node) for o in uses))):
+            return move_lines(mm, build.stmt, rep.stmt, f"Build `{opt}` after the change", "unsafe", after=True)
+        # the optimizer is used in between (a scheduler built on it): the replacement goes first
+        path = dotted(rep.targets[0].value) if isinstance(rep.targets[0], cst.Subscript) else dotted(rep.targets[0])
+        if extra or any(assigned(o) & names_in(rep.value) for o in between) \
+                or any(reads_name(o, path) or path in assigned(o) for o in between if path not in owners):
+            return None
+        return move_lines(mm, rep.stmt, build.stmt, f"Replace the module before `{opt}` is built", "unsafe")
+    return make
+
+
+def _holds(mm, outer, node) -> bool:
+    sl, sc, el, ec = mm.span_of(outer)
+    return (sl, sc) <= mm.span_of(node)[:2] <= (el, ec)

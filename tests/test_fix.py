@@ -483,3 +483,52 @@ def test_float_targets_fix_leaves_a_cast_it_cannot_see():
     assert "y.to(device, dtype=torch.float32)" in fixed
     assert "F.cross_entropy(model(x), y.long()).backward()" in fixed
     assert _codes_of(fixed) == ["TL404"]
+
+
+def test_optimizer_is_not_moved_past_its_users_nor_out_of_reach():
+    """TL205: the optimizer's construction moves after the replacement only when nothing in
+    between uses it and every later use can see it; the replacement moves above it only when
+    nothing in between changes what it reads. Otherwise the finding keeps no fix."""
+    used_in_between = '''\
+        import torch
+        import torch.nn as nn
+        import torch.nn.functional as F
+        import torchvision
+
+
+        def finetune(loader, classes, epochs=3):
+            model = torchvision.models.resnet18(weights="IMAGENET1K_V1")
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+            scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=7)
+            num_classes = len(classes)
+            model.fc = nn.Linear(model.fc.in_features, num_classes)
+            for epoch in range(epochs):
+                model.train()
+                for x, y in loader:
+                    optimizer.zero_grad()
+                    F.cross_entropy(model(x), y).backward()
+                    optimizer.step()
+                scheduler.step()
+    '''
+    used_after_the_folds = '''\
+        import torch
+        import torch.nn as nn
+        import torch.nn.functional as F
+
+
+        def cross_validate(folds, epochs=2):
+            model = nn.Sequential(nn.Linear(12, 64), nn.ReLU(), nn.Linear(64, 2))
+            optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+            for train_loader in folds:
+                model = nn.Sequential(nn.Linear(12, 64), nn.ReLU(), nn.Linear(64, 2))
+                for epoch in range(epochs):
+                    model.train()
+                    for x, y in train_loader:
+                        optimizer.zero_grad()
+                        F.cross_entropy(model(x), y).backward()
+                        optimizer.step()
+            torch.save(optimizer.state_dict(), "optimizer.pt")
+    '''
+    for src in (used_in_between, used_after_the_folds):
+        assert _codes_of(src) == ["TL205"]
+        assert _fixed(src) == textwrap.dedent(src)

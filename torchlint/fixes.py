@@ -294,6 +294,49 @@ def move_statement(mm, stmt, anchor, message: str, applicability: str, after: bo
     return Fix(message, (delete_statement_edit(mm, stmt), _insert_line(mm, line, ind, code)), applicability)
 
 
+def move_lines(mm, stmt, anchor, message: str, applicability: str, after: bool = False) -> Optional[Fix]:
+    """Move the statement ``stmt`` (its lines, the comment block directly above it included)
+    before the statement ``anchor`` (above its comments) or right after it, re-indented to
+    ``anchor``'s indentation; ``None`` when a line of ``stmt`` cannot be re-indented (a
+    continuation line left of the statement, a multi-line string)."""
+    sl, _, el, _ = mm.span_of(stmt)
+    first = _above_comments(mm, stmt, sl)
+    asl, _, ael, _ = mm.span_of(anchor)
+    ind, new_ind = _indent_of(mm, sl), _indent_of(mm, asl)
+    line = ael + 1 if after else _above_comments(mm, anchor, asl)
+    if first <= line <= el + 1:
+        return None  # already there, or inside itself
+    skip = _string_interior_lines(mm)
+    out = []
+    for ln in range(first, el + 1):
+        text = _line_text(mm, ln)
+        if ind != new_ind:
+            if ln in skip or not text.startswith(ind):
+                return None
+            text = new_ind + text[len(ind):]
+        out.append(text if text.endswith(("\n", "\r")) else text + _eol(mm))
+    pos = Position(line, 0)
+    if line > len(split_lines(mm.text)):
+        return None
+    return Fix(message, (Edit(Position(first, 0), Position(el + 1, 0), ""), Edit(pos, pos, "".join(out))),
+               applicability)
+
+
+def enclosing_statements(root, stmt) -> Optional[list]:
+    """The compound statements of ``root`` around ``stmt``, outermost first (``None`` when
+    ``stmt`` is not under ``root``)."""
+    stack = [(root, ())]
+    while stack:
+        n, path = stack.pop()
+        if n is stmt:
+            return list(path[1:])
+        if isinstance(n, (cst.SimpleStatementLine, cst.BaseExpression)):
+            continue
+        inner = path + (n,) if isinstance(n, cst.BaseCompoundStatement) or n is root else path
+        stack.extend((c, inner) for c in n.children)
+    return None
+
+
 def statement_block(root, stmt) -> Optional[list]:
     """The statement list (a block's ``body``) under ``root`` that holds ``stmt`` itself."""
     stack = [root]
