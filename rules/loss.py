@@ -9,7 +9,7 @@ import libcst as cst
 from torchlint.model import catalog
 from torchlint.model.binder import dotted
 from torchlint.model.dataflow import loss_kind
-from torchlint.model.ir import GRAD_OFF, LOSS, AssignOp, CallOp, all_ops
+from torchlint.model.ir import GRAD_OFF, LOSS, AssignOp, CallOp, LoopOp, all_ops
 from torchlint.rule import Report, Rule
 
 from . import register
@@ -221,6 +221,14 @@ loss = F.cross_entropy(model(x), y)
 """
     known_problems = ("Raw logits are recognised when the model's `forward` (or `nn.Sequential`) "
                       "ends in a linear or convolution layer defined in the linted tree.")
+    fix_safety = "unsafe"
+    fix_doc = ("Probabilities: the softmax that produces them becomes a `log_softmax` with the same "
+               "arguments (written in the loss call, or in the assignment of the name passed to it). "
+               "Raw logits: `F.nll_loss` becomes `F.cross_entropy` (same arguments), and an "
+               "`nn.NLLLoss(...)` built in the module becomes `nn.CrossEntropyLoss(...)` when every "
+               "use of it receives logits. Unsafe, except for a softmax written in the loss call: "
+               "a name that held probabilities now holds log-probabilities wherever else it is "
+               "used, and a criterion changed in the module changes for every use.")
     references = ("https://pytorch.org/docs/stable/generated/torch.nn.NLLLoss.html",)
     triggers = (b"nll_loss", b"NLLLoss")
 
@@ -235,10 +243,58 @@ loss = F.cross_entropy(model(x), y)
                 what = "raw logits (the model ends in a linear layer, without log_softmax)"
             else:
                 continue
+            fix = _log_softmax_fix(fn, arg) if "probs" in f else _cross_entropy_fix(fn, op)
             yield Report(op.node, f"{_loss_name(op, kind)} expects log-probabilities but receives "
                          f"{what}{_from(mm, fn, arg)}; apply `log_softmax` or use `cross_entropy` on "
                          "the logits",
-                         scope=fn.qualname)
+                         fix=fix, scope=fn.qualname)
+
+
+def _log_softmax_fix(fn, arg):
+    """Fix (TL403 on probabilities): the softmax feeding the loss becomes a log_softmax."""
+    def make(mm):
+        from torchlint.fixes import replace_node
+
+        value, safety = arg.value, "safe"
+        if isinstance(value, cst.Name):
+            safety = "unsafe"
+            assigns = [o for o in all_ops(fn) if isinstance(o, AssignOp) and o.aug is None
+                       and any(isinstance(t, cst.Name) and t.value == value.value for t in o.targets)]
+            if len(assigns) != 1 or len(assigns[0].targets) != 1:
+                return None
+            value = assigns[0].value
+        new = _stable_spelling(mm, value)
+        if new is None or "log_softmax" not in new:
+            return None
+        return replace_node(mm, value, new, "Pass log-probabilities: `softmax` -> `log_softmax`", safety)
+    return make
+
+
+def _cross_entropy_fix(fn, op):
+    """Fix (TL403 on raw logits): ``F.nll_loss`` -> ``F.cross_entropy``; ``nn.NLLLoss(...)`` ->
+    ``nn.CrossEntropyLoss(...)`` when every loss call of that module receives logits."""
+    def make(mm):
+        from torchlint.fixes import replace_node
+        from torchlint.model.dataflow import value_constructors
+
+        if op.qual == "torch.nn.functional.nll_loss":
+            if isinstance(op.node.func, cst.Attribute) and op.node.func.attr.value == "nll_loss":
+                return replace_node(mm, op.node.func.attr, "cross_entropy",
+                                    "Use `cross_entropy` on the logits", "unsafe")
+            return None
+        built = value_constructors(mm, fn, op.target or op.func)
+        if len(built) != 1:
+            return None
+        call = built[0][1]
+        if not (isinstance(call.func, cst.Attribute) and call.func.attr.value == "NLLLoss"):
+            return None
+        for f2, o2, _ in _losses(mm, (catalog.NLL,)):
+            if any(c is call for _, c in value_constructors(mm, f2, o2.target or o2.func)):
+                _, facts = _arg_facts(o2, 0, "input")
+                if "logits" not in facts or facts & {"logprobs", "probs"}:
+                    return None  # another use of this criterion is given log-probabilities
+        return replace_node(mm, call.func.attr, "CrossEntropyLoss", "Use `CrossEntropyLoss` on the logits", "unsafe")
+    return make
 
 
 @register
@@ -268,7 +324,9 @@ for x, y in loader:
                       "data loader or to integer class indices.")
     fix_safety = "unsafe"
     fix_doc = ("Replaces a `.float()` (`.double()`, `.half()`) cast written on the target argument by "
-               "`.long()`. Unsafe: if the targets really were probabilities, they are truncated.")
+               "`.long()`, and so the cast in the assignment of the name passed as the target, in the "
+               "same block (`y = y.float()`, `y = y.to(device, dtype=torch.float32)` -> `dtype=torch.long`). "
+               "Unsafe: if the targets really were probabilities, they are truncated.")
     references = ("https://pytorch.org/docs/stable/generated/torch.nn.CrossEntropyLoss.html",)
     triggers = (b"float", b"double", b"half", b"dtype")
 
@@ -281,23 +339,75 @@ for x, y in loader:
                 continue
             yield Report(op.node, f"{_loss_name(op, kind)} receives class-index targets cast to float; "
                          "class indices must be `long` (float targets mean class probabilities)",
-                         fix=_long_targets(arg.value), scope=fn.qualname)
+                         fix=_long_targets(arg.value, fn, op), scope=fn.qualname)
 
 
 _FLOAT_CASTS = ("float", "double", "half", "bfloat16")
 
 
-def _long_targets(value):
-    """Fix (TL404): ``y.float()`` written as the target becomes ``y.long()``."""
+def _long_targets(value, fn=None, op=None):
+    """Fix (TL404): ``y.float()`` written as the target becomes ``y.long()``; for a name, the
+    float cast of its last assignment before the loss (``y = y.to(device, dtype=torch.float32)``)."""
     def make(mm):
         from torchlint.fixes import replace_node
 
-        if not (isinstance(value, cst.Call) and not value.args and isinstance(value.func, cst.Attribute)
-                and value.func.attr.value in _FLOAT_CASTS):
+        if isinstance(value, cst.Name) and fn is not None:
+            a = _last_assignment(fn, op, value.value)
+            dtype = _float_dtype_keyword(a.value) if a is not None else None
+            if dtype is not None:
+                return replace_node(mm, dtype.attr, "long",
+                                    f"Move the class indices as `long`: `{mm.code_for(dtype)}` -> `torch.long`",
+                                    "unsafe")
+            cast = a.value if a is not None else None
+        else:
+            cast = value
+        if not (isinstance(cast, cst.Call) and not cast.args and isinstance(cast.func, cst.Attribute)
+                and cast.func.attr.value in _FLOAT_CASTS):
             return None
-        return replace_node(mm, value.func.attr, "long",
-                            f"Pass the class indices as `long`: `.{value.func.attr.value}()` -> `.long()`", "unsafe")
+        return replace_node(mm, cast.func.attr, "long",
+                            f"Pass the class indices as `long`: `.{cast.func.attr.value}()` -> `.long()`", "unsafe")
     return make
+
+
+_FLOAT_DTYPES = {"torch.float", "torch.float32", "torch.float64", "torch.double", "torch.half", "torch.float16",
+                 "torch.bfloat16"}
+
+
+def _last_assignment(fn, op, name):
+    """The assignment of ``name`` that the call ``op`` reads: the last one before it in its own
+    block (not under a condition ``op`` is outside of), none when a loop could bind it again."""
+    ops = all_ops(fn)
+    i = ops.index(op)
+    for o in reversed(ops[:i]):
+        if isinstance(o, LoopOp) and isinstance(o.node, cst.For) and name in names_of_target(o.target):
+            return None
+        if isinstance(o, AssignOp) and any(name in names_of_target(t) for t in o.targets):
+            if o.aug is not None or len(o.targets) != 1 or o.loop is not op.loop or o.guards != op.guards[:len(o.guards)] \
+                    or len(o.guards) != len(op.guards):
+                return None
+            if not isinstance(o.targets[0], cst.Name):
+                return None
+            return o
+    return None
+
+
+def names_of_target(t) -> set:
+    if isinstance(t, cst.Name):
+        return {t.value}
+    if isinstance(t, (cst.Tuple, cst.List)):
+        return set().union(*(names_of_target(e.value) for e in t.elements)) if t.elements else set()
+    return set()
+
+
+def _float_dtype_keyword(value):
+    """``dtype=torch.float32`` of ``y.to(device, dtype=torch.float32)``: its ``torch.float32`` node."""
+    if not (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value == "to"):
+        return None
+    for a in value.args:
+        if a.keyword is not None and a.keyword.value == "dtype" and isinstance(a.value, cst.Attribute) \
+                and dotted(a.value) in _FLOAT_DTYPES:
+            return a.value
+    return None
 
 
 # ------------------------------------------------------------------ TL405
@@ -367,7 +477,9 @@ loss = -(log_probs.gather(1, actions) * advantages).mean()
                       "maintainer may reasonably leave them (harmless until they are not).")
     fix_safety = "safe"
     fix_doc = ("When the argument is the softmax/sigmoid call itself, replaces `log(softmax(x, d))` "
-               "by `torch.log_softmax(x, d)` and `log(sigmoid(x))` by `F.logsigmoid(x)`.")
+               "by `torch.log_softmax(x, d)` and `log(sigmoid(x))` by `F.logsigmoid(x)`; when it is "
+               "a name bound once to such a call whose arguments are names not bound again "
+               "(`p = torch.sigmoid(z)` ... `torch.log(p)`), the call is written out the same way.")
     references = ("https://pytorch.org/docs/stable/generated/torch.nn.functional.log_softmax.html",)
     default = False  # preview until its precision on the real-world benchmark is measured
     triggers = (b"log",)
@@ -393,16 +505,41 @@ loss = -(log_probs.gather(1, actions) * advantages).mean()
                     op.node,
                     f"`log()` of {'softmax' if stable == 'log_softmax' else 'sigmoid'} outputs"
                     f"{_from(mm, fn, cst.Arg(value))} is -inf where they round to 0; use `{stable}`",
-                    fix=_stable_log_fix(op.node, value),
+                    fix=_stable_log_fix(op.node, value, fn),
                 )
 
 
-def _stable_log_fix(node, value):
+def _stable_log_fix(node, value, fn=None):
     def make(mm):
         from torchlint.fixes import replace_node
 
         new = _stable_spelling(mm, value)
+        if new is None and isinstance(value, cst.Name) and fn is not None:
+            new = _stable_spelling(mm, _activation_of_name(fn, node, value.value))
         if new is None:
             return None
         return replace_node(mm, node, new, "Use the numerically stable log-activation", "safe")
     return make
+
+
+def _activation_of_name(fn, use, name):
+    """``p = torch.sigmoid(z)`` for ``torch.log(p)``: the activation call bound once to ``name``
+    in ``fn`` before ``use``, when its arguments are names and constants that are not bound
+    again after it (so writing the call again at ``use`` computes the same values)."""
+    ops = all_ops(fn)
+    assigns = [o for o in ops if isinstance(o, AssignOp) and o.aug is None
+               and any(isinstance(t, cst.Name) and t.value == name for t in o.targets)]
+    if len(assigns) != 1 or len(assigns[0].targets) != 1 or not isinstance(assigns[0].value, cst.Call):
+        return None
+    a = assigns[0]
+    args = [x.value for x in a.value.args]
+    if any(not isinstance(x, (cst.Name, cst.Integer, cst.Float)) and not (
+            isinstance(x, cst.UnaryOperation) and isinstance(x.expression, (cst.Integer, cst.Float))) for x in args):
+        return None
+    read = {x.value for x in args if isinstance(x, cst.Name)}
+    later = ops[ops.index(a) + 1:]
+    if any(isinstance(o, AssignOp) and any(dotted(t) in read for t in o.targets) for o in later):
+        return None
+    if not any(o.node is use for o in later):
+        return None
+    return a.value

@@ -532,3 +532,47 @@ def test_optimizer_is_not_moved_past_its_users_nor_out_of_reach():
     for src in (used_in_between, used_after_the_folds):
         assert _codes_of(src) == ["TL205"]
         assert _fixed(src) == textwrap.dedent(src)
+
+
+def test_loss_fixes_leave_shared_criteria_and_rebound_names_alone():
+    """TL403: an `NLLLoss` also given log-probabilities elsewhere is not turned into
+    `CrossEntropyLoss` (only `F.nll_loss` on the logits becomes `F.cross_entropy`); TL405: a
+    sigmoid whose input is bound again after it is not written out at the log."""
+    src = '''\
+        import torch
+        import torch.nn as nn
+        import torch.nn.functional as F
+
+
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.hidden = nn.Linear(784, 128)
+                self.fc = nn.Linear(128, 10)
+
+            def forward(self, x):
+                return self.fc(F.relu(self.hidden(x)))
+
+
+        def train(loader):
+            model = Net()
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+            criterion = nn.NLLLoss()
+            model.train()
+            for x, y in loader:
+                optimizer.zero_grad()
+                main = criterion(model(x), y)
+                aux = criterion(F.log_softmax(model(x.flip(1)), dim=1), y)
+                extra = F.nll_loss(model(x), y, reduction="sum")
+                (main + aux + extra).backward()
+                optimizer.step()
+
+
+        def bce(logits, targets):
+            p = torch.sigmoid(logits)
+            logits = logits.detach()
+            return -(targets * torch.log(p) + (1 - targets) * torch.log(1 - p + 1e-7)).mean()
+    '''
+    assert _codes_of(src) == ["TL403", "TL403", "TL405"]
+    expected = textwrap.dedent(src).replace('extra = F.nll_loss(', 'extra = F.cross_entropy(')
+    assert _fixed(src) == expected
