@@ -326,7 +326,8 @@ class FrozenEncoderClassifier(nn.Module):
                "For other reads, replaces `x.data` with `x.detach()`. Unsafe: unlike `.data`, a detached "
                "tensor shares the version counter, so a later in-place change of it (or of `x`) "
                "that used to go unnoticed now raises an error - which is the point, but it can "
-               "change behaviour. Writes are not fixed automatically.")
+               "change behaviour. A read in `forward` on the way to the output (a gradient cut, "
+               "TL304) loses its `.data` instead. Writes are not fixed automatically.")
     options = ("`allow-grad-data` (default `true`): `p.grad.data` is not reported. Gradients are "
                "not part of any graph, so reading or scaling them through `.data` (hand-written "
                "clipping, logging) is harmless; set it to `false` to report it too.")
@@ -373,7 +374,7 @@ class FrozenEncoderClassifier(nn.Module):
                         # or a read for logging and metrics: the same values and gradients
                         msg = ("`.data` silently detaches a tensor of the autograd graph; use "
                                "`.detach()` (same result, but autograd still checks in-place changes)")
-                        yield Report(d.node, msg, fix=_detach_fix(d), scope=fn.qualname)
+                        yield Report(d.node, msg, fix=_detach_fix(d, fn), scope=fn.qualname)
                     continue
                 if "param" not in f or not d.write:
                     continue
@@ -407,11 +408,14 @@ def _item_fix(d):
     return make
 
 
-def _detach_fix(d):
+def _detach_fix(d, fn=None):
     def make(mm):
         from torchlint.fixes import replace_node
 
         base = mm.code_for(d.node.value)
+        if fn is not None and any(inner is d.node.value for inner, *_ in gradient_cuts(mm, fn)):
+            # the output is computed from it (TL304): `.detach()` would keep the cut
+            return replace_node(mm, d.node, base, "Keep the graph: remove `.data`", "unsafe")
         return replace_node(mm, d.node, f"{base}.detach()", "Replace `.data` with `.detach()`", "unsafe")
     return make
 
@@ -523,6 +527,12 @@ class Classifier(nn.Module):
         "backbone detached unconditionally in `forward` is reported: say so with a "
         "`# noqa: TL304` or freeze it with `requires_grad_(False)`."
     )
+    fix_safety = "unsafe"
+    fix_doc = ("Removes the cut when it is a `.detach()` or `.data` on the submodule's output, or an "
+               "`.item()` whose result is only used in arithmetic (a 0-dim tensor computes the same "
+               "values and keeps the graph). `.numpy()`, `.tolist()` and tensors rebuilt with "
+               "`torch.tensor(...)` are left to the author. Unsafe: the layers before the cut train "
+               "from then on (wrong if they were meant to stay frozen).")
     triggers = (b"forward",)
 
     def check(self, mm):
@@ -538,4 +548,47 @@ class Classifier(nn.Module):
                     cut = cut[:47] + "..."
                 yield Report(assign.value, f"`{cut}` cuts the autograd graph inside `forward`, and the output "
                              f"(line {mm.line_of(ret.node)}) is computed from it: `{src}` and every layer "
-                             "before it get no gradient", scope=fwd.qualname)
+                             "before it get no gradient", fix=_keep_graph_fix(fwd, inner, assign),
+                             scope=fwd.qualname)
+
+
+def _keep_graph_fix(fwd, inner, assign):
+    """Fix (TL304): ``h.detach()`` / ``h.data`` -> ``h``; ``s.item()`` -> ``s`` when the number
+    is only used in arithmetic."""
+    def make(mm):
+        from torchlint.fixes import replace_node
+
+        cut = None
+        stack = [assign.value]
+        while stack and cut is None:
+            e = stack.pop()
+            if isinstance(e, cst.Call) and not e.args and isinstance(e.func, cst.Attribute) \
+                    and e.func.value is inner and e.func.attr.value in ("detach", "item"):
+                cut = e
+            elif isinstance(e, cst.Attribute) and e.value is inner and e.attr.value == "data":
+                cut = e
+            else:
+                stack.extend(e.children)
+        if cut is None:
+            return None
+        if isinstance(cut, cst.Call) and cut.func.attr.value == "item":
+            name = assign.targets[0].value
+            if not _only_arithmetic(fwd.node, name, assign.targets[0]):
+                return None
+            what = "`.item()`"
+        else:
+            what = "`.detach()`" if isinstance(cut, cst.Call) else "`.data`"
+        return replace_node(mm, cut, mm.code_for(inner), f"Keep the graph: remove {what}", "unsafe")
+    return make
+
+
+def _only_arithmetic(root, name, binding) -> bool:
+    """Every use of ``name`` under ``root`` (other than ``binding``) is an operand of ``+ - * /``."""
+    stack = [(root, None)]
+    while stack:
+        n, parent = stack.pop()
+        if isinstance(n, cst.Name) and n.value == name and n is not binding:
+            if not (isinstance(parent, cst.BinaryOperation) and n in (parent.left, parent.right)):
+                return False
+        stack.extend((c, n) for c in n.children)
+    return True

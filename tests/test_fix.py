@@ -575,3 +575,48 @@ def test_loss_fixes_leave_shared_criteria_and_rebound_names_alone():
     assert _codes_of(src) == ["TL403", "TL403", "TL405"]
     expected = textwrap.dedent(src).replace('extra = F.nll_loss(', 'extra = F.cross_entropy(')
     assert _fixed(src) == expected
+
+
+def test_gradient_cut_fix_removes_detach_but_keeps_numbers_used_as_numbers():
+    """TL304: `.detach()` on the way to the output goes; an `.item()` whose number is handed to
+    Python code (`max`) stays, since a tensor there could change the program."""
+    src = '''\
+        import torch
+        import torch.nn as nn
+
+
+        class Classifier(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.encoder = nn.Sequential(nn.Linear(128, 64), nn.ReLU())
+                self.head = nn.Linear(64, 10)
+
+            def forward(self, x):
+                features = self.encoder(x).detach()
+                return self.head(features)
+
+
+        class Tempered(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.body = nn.Linear(64, 64)
+                self.temperature_net = nn.Linear(64, 1)
+
+            def forward(self, h):
+                t = self.temperature_net(h).mean().item()
+                return self.body(h) / max(t, 0.1)
+    '''
+    assert _codes_of(src) == ["TL304", "TL304"]
+    expected = textwrap.dedent(src).replace("self.encoder(x).detach()", "self.encoder(x)")
+    assert _fixed(src) == expected
+
+
+def test_data_read_on_the_output_path_loses_its_data():
+    """TL302 and TL304 on one `.data` in `forward`: the fix both want is to remove it
+    (`.detach()` would keep the cut)."""
+    path = os.path.join(ROOT, "fixtures", "autograd", "bad", "legacy_embedding_data_in_forward.py")
+    text = _read(path)
+    assert sorted(f.code for f in _lint(path, text)) == ["TL302", "TL304"]
+    fixed = fix_text(path, text, OPTS, unsafe=True).fixed
+    assert fixed == text.replace("embedded = self.embedding(tokens).data", "embedded = self.embedding(tokens)")
+    assert _lint(path, fixed) == []
