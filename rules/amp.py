@@ -118,7 +118,9 @@ for images, labels in loader:
                       "(45 repositories), so its precision on real code is not measured yet.")
     default = False
     fix_safety = "safe"
-    fix_doc = "Replaces `optimizer.step()` by `scaler.step(optimizer)` when no `scaler.step` runs in the iteration."
+    fix_doc = ("Replaces `optimizer.step()` by `scaler.step(optimizer)` when no `scaler.step` of that "
+               "optimizer runs in the iteration (one scaler may step several optimizers, a GAN's "
+               "discriminator and generator, before its `update()`).")
     references = ("https://pytorch.org/docs/stable/notes/amp_examples.html",)
     triggers = (b".scale(",)
 
@@ -149,7 +151,8 @@ for images, labels in loader:
                     msg = (f"`{op.recv}.step()` applies the gradients of `{scaler}.scale(...).backward()` "
                            f"(line {mm.line_of(bwd.node)}) still scaled, and steps on inf/NaN; "
                            f"use `{scaler}.step({op.recv})`")
-                    fix = None if via_scaler else _scaler_step_fix(op, scaler)
+                    # a second `scaler.step` of the same optimizer before `update()` raises
+                    fix = None if any(o.target == op.recv for o in via_scaler) else _scaler_step_fix(op, scaler)
                 yield Report(op.node, msg, fix=fix, scope=fn.qualname)
 
 
