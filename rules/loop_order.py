@@ -1,6 +1,8 @@
 """Loop order: the optimizer must step after backward, on gradients nobody cleared in between."""
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from torchlint.model import catalog
@@ -376,6 +378,12 @@ for x, y in loader:
     optimizer.step()
 """
     known_problems = "Parameters updated by hand from `.grad` are recognised and not flagged."
+    fix_safety = "unsafe"
+    fix_doc = ("When the loop (or the helper that runs the backward) clears the gradients of one "
+               "optimizer, inserts its `step()` after the backward statement and the gradient "
+               "clipping/unscaling lines that follow it; `scaler.step(optimizer)` after "
+               "`scaler.scale(loss).backward()`. Unsafe: the weights change from then on, which "
+               "may not be what a loop that only accumulated gradients meant.")
     triggers = (b".backward(",)
 
     def check(self, mm):
@@ -412,8 +420,15 @@ for x, y in loader:
                 if id(node) in reported:
                     continue
                 reported.add(id(node))
+                owner = helper if helper is not None and inner is not None else fn
+                direct = inner if helper is not None else bwd
+                cleared = {norm_path(o.target) for o in (all_ops(owner) if owner is not fn else seq)
+                           if isinstance(o, CallOp) and o.kind == CLEAR and o.target
+                           and mm.resolver.of_path(owner, o.target)[0] == catalog.OPTIMIZER}
+                fix = _step_after_backward(owner, direct, cleared.pop()) \
+                    if direct is not None and len(cleared) == 1 else None
                 yield Report(node, f"`backward()` computes gradients in this training loop{via} but no "
-                             "optimizer `step()` runs, so the weights never change", scope=fn.qualname)
+                             "optimizer `step()` runs, so the weights never change", fix=fix, scope=fn.qualname)
 
     @staticmethod
     def _unstepped_optimizers(mm, fn, whole, reported):
@@ -439,7 +454,37 @@ for x, y in loader:
                 reported.add(id(bwd.node))
                 yield Report(bwd.node, f"`backward()` computes gradients for `{c.target}` (cleared at line "
                              f"{_line(mm, c)}) but `{c.target}.step()` never runs, so those weights never "
-                             "change", scope=fn.qualname)
+                             "change", fix=_step_after_backward(fn, bwd, c.target), scope=fn.qualname)
+
+
+_GRAD_HANDLING = re.compile(r"\bclip_grad_(?:norm|value)_\s*\(|\.unscale_\s*\(")
+
+
+def _step_after_backward(fn, bwd, optimizer):
+    """Fix (TL104): ``optimizer.step()`` (``scaler.step(optimizer)`` for a scaled backward) after
+    the backward's statement and the clipping lines right after it."""
+    def make(mm):
+        from torchlint.fixes import insert_after_stmt, simple_statement, statement_block, statement_code
+
+        stmt = simple_statement(bwd)
+        block = statement_block(fn.node, stmt) if stmt is not None else None
+        if block is None:
+            return None
+        anchor = stmt
+        for s in block[block.index(stmt) + 1:]:
+            code = statement_code(mm, s) if isinstance(s, cst.SimpleStatementLine) else None
+            if code is None or not _GRAD_HANDLING.search(code):
+                break
+            anchor = s
+        code = f"{optimizer}.step()"
+        recv = bwd.recv_node
+        if isinstance(recv, cst.Call) and isinstance(recv.func, cst.Attribute) and recv.func.attr.value == "scale":
+            scaler = dotted(recv.func.value)
+            if not scaler or mm.resolver.of_path(fn, scaler)[0] != catalog.SCALER:
+                return None
+            code = f"{scaler}.step({optimizer})"
+        return insert_after_stmt(mm, anchor, code, f"Apply the gradients: `{code}`", "unsafe")
+    return make
 
 
 @register

@@ -620,3 +620,28 @@ def test_data_read_on_the_output_path_loses_its_data():
     fixed = fix_text(path, text, OPTS, unsafe=True).fixed
     assert fixed == text.replace("embedded = self.embedding(tokens).data", "embedded = self.embedding(tokens)")
     assert _lint(path, fixed) == []
+
+
+def test_missing_step_is_not_guessed_between_two_optimizers():
+    """TL104: the step inserted is that of the one optimizer the loop clears; with two cleared
+    (an encoder's and a head's) which ones should step is the author's call."""
+    src = '''\
+        import torch
+        import torch.nn as nn
+        import torch.nn.functional as F
+
+
+        def train(loader, epochs=2):
+            encoder = nn.Sequential(nn.Linear(32, 64), nn.ReLU())
+            head = nn.Linear(64, 4)
+            enc_opt = torch.optim.Adam(encoder.parameters(), lr=1e-4)
+            head_opt = torch.optim.SGD(head.parameters(), lr=1e-2)
+            for epoch in range(epochs):
+                for x, y in loader:
+                    enc_opt.zero_grad()
+                    head_opt.zero_grad()
+                    loss = F.cross_entropy(head(encoder(x)), y)
+                    loss.backward()
+    '''
+    assert _codes_of(src) == ["TL104"]
+    assert _fixed(src) == textwrap.dedent(src)
