@@ -423,6 +423,20 @@ def _key(f) -> tuple:
     return (f.path, f.line, f.code)
 
 
+def rule_codes(values) -> list:
+    """``--extend-select`` values as rule codes: each value may list several, comma-separated
+    (``TL108,TL109``, as the CLI's option); a code that no rule has is an error (it would
+    select nothing and the run would look like one in which the rule finds nothing)."""
+    from torchlint.rule import all_rules
+
+    known = set(all_rules())
+    codes = [c.strip() for v in values for c in v.split(",") if c.strip()]
+    unknown = [c for c in codes if not any(k.startswith(c) for k in known)]
+    if unknown:
+        raise ValueError(f"no rule has the code {', '.join(unknown)}")
+    return codes
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("paths", nargs="*", metavar="PATH")
@@ -434,7 +448,8 @@ def main(argv=None) -> int:
     ap.add_argument("--part", choices=("all", "tuned", "heldout"), default="all")
     ap.add_argument("--repo", action="append", default=[], help="only repositories whose name contains this")
     ap.add_argument("--extend-select", action="append", default=[], metavar="CODE",
-                    help="also run these rules (e.g. a preview rule: --extend-select TL201)")
+                    help="also run these rules (e.g. a preview rule: --extend-select TL201; several: "
+                         "TL108,TL109 or the option repeated)")
     ap.add_argument("--dump-unjudged", metavar="OUT", help="write the findings without a verdict as JSONL")
     ap.add_argument("--save-run", metavar="FILE", help="save the lint results (findings, counts) as JSON")
     ap.add_argument("--from-run", metavar="FILE", help="score a run saved by --save-run instead of linting")
@@ -445,6 +460,11 @@ def main(argv=None) -> int:
                     help="also lint without the call graph and list what cross-function analysis changes")
     ap.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     args = ap.parse_args(argv)
+    try:
+        args.extend_select = rule_codes(args.extend_select)
+    except ValueError as e:
+        print(f"realworld.py: error: --extend-select: {e}", file=sys.stderr)
+        return 2
     if args.check_split and not args.manifest:
         args.manifest = MANIFEST
     if args.manifest:

@@ -109,3 +109,11 @@ def test_engine_diagnostics_are_listed_but_not_counted_in_the_rule_set_totals():
     assert rows["TL001"][1:5] == [2, 0, 1, 1]
     assert rows["all rules"][1:5] == [3, 1, 1, 1]
     assert rows["all rules"][6:9] == ["0.50", "33%", "1.00"]
+
+
+def test_extend_select_takes_comma_separated_codes_and_rejects_unknown_ones(capsys):
+    """`--extend-select TL108,TL109` selects both rules (it once selected nothing, silently: a run
+    that looked like one in which the rules found nothing); a code no rule has is an error."""
+    assert rw.rule_codes(["TL108,TL109", " TL205 "]) == ["TL108", "TL109", "TL205"]
+    assert rw.main(["--manifest", "--extend-select", "TL108,TL1O9", "--repo", "nothing-matches"]) == 2
+    assert "no rule has the code TL1O9" in capsys.readouterr().err
