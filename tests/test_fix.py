@@ -645,3 +645,46 @@ def test_missing_step_is_not_guessed_between_two_optimizers():
     '''
     assert _codes_of(src) == ["TL104"]
     assert _fixed(src) == textwrap.dedent(src)
+
+
+def test_module_level_script_gets_its_grad_and_optimizer_fixes():
+    """TL204 and TL205 in a script's top-level code (the module is the function): the `no_grad`
+    block is unwrapped without its `requires_grad` workaround, the optimizer built after the head."""
+    src = '''\
+        import torch
+        import torch.nn as nn
+        import torch.nn.functional as F
+        import torchvision
+
+        model = torchvision.models.resnet18(weights="IMAGENET1K_V1")
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        model.fc = nn.Linear(model.fc.in_features, 10)
+        loader = [(torch.randn(4, 3, 32, 32), torch.randint(0, 10, (4,)))]
+
+        with torch.no_grad():
+            for x, y in loader:
+                optimizer.zero_grad()
+                loss = F.cross_entropy(model(x), y)
+                loss.requires_grad = True
+                loss.backward()
+                optimizer.step()
+    '''
+    expected = '''\
+        import torch
+        import torch.nn as nn
+        import torch.nn.functional as F
+        import torchvision
+
+        model = torchvision.models.resnet18(weights="IMAGENET1K_V1")
+        model.fc = nn.Linear(model.fc.in_features, 10)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        loader = [(torch.randn(4, 3, 32, 32), torch.randint(0, 10, (4,)))]
+
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            optimizer.step()
+    '''
+    assert _codes_of(src) == ["TL204", "TL205"]
+    assert _fixed(src) == textwrap.dedent(expected)

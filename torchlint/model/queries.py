@@ -997,7 +997,7 @@ def grad_context_site(mm, fn, node):
                 return True
         return False
 
-    stack = [(fn.node.body, None)]
+    stack = [(fn.node, None)]
     while stack:
         n, around = stack.pop()
         if n is node:
@@ -1005,6 +1005,8 @@ def grad_context_site(mm, fn, node):
                 return around
             break
         if isinstance(n, (cst.FunctionDef, cst.ClassDef, cst.Lambda)) and n is not fn.node:
+            continue
+        if isinstance(n, cst.Decorator):
             continue
         if isinstance(n, cst.With) and grad_with(n):
             around = n
