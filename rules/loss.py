@@ -538,8 +538,11 @@ def _activation_of_name(fn, use, name):
         return None
     read = {x.value for x in args if isinstance(x, cst.Name)}
     later = ops[ops.index(a) + 1:]
-    if any(isinstance(o, AssignOp) and any(dotted(t) in read for t in o.targets) for o in later):
+    if any(isinstance(o, AssignOp) and any(dotted(t) in read or names_of_target(t) & read for t in o.targets)
+           for o in later):
         return None
+    if any(isinstance(o, LoopOp) and o.target is not None and names_of_target(o.target) & read for o in later):
+        return None  # a loop binds it again
     if not any(o.node is use for o in later):
         return None
     return a.value
