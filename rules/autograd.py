@@ -326,8 +326,10 @@ class FrozenEncoderClassifier(nn.Module):
                "For other reads, replaces `x.data` with `x.detach()`. Unsafe: unlike `.data`, a detached "
                "tensor shares the version counter, so a later in-place change of it (or of `x`) "
                "that used to go unnoticed now raises an error - which is the point, but it can "
-               "change behaviour. A read in `forward` on the way to the output (a gradient cut, "
-               "TL304) loses its `.data` instead. Writes are not fixed automatically.")
+               "change behaviour. A read in `forward` that the output is computed from (a gradient "
+               "cut, TL304) gets no fix here: `.detach()` would keep the cut and removing it trains the "
+               "layers before it, the author's call (TL304's fix removes it). Writes are not fixed "
+               "automatically.")
     options = ("`allow-grad-data` (default `true`): `p.grad.data` is not reported. Gradients are "
                "not part of any graph, so reading or scaling them through `.data` (hand-written "
                "clipping, logging) is harmless; set it to `false` to report it too.")
@@ -412,10 +414,9 @@ def _detach_fix(d, fn=None):
     def make(mm):
         from torchlint.fixes import replace_node
 
-        base = mm.code_for(d.node.value)
         if fn is not None and any(inner is d.node.value for inner, *_ in gradient_cuts(mm, fn)):
-            # the output is computed from it (TL304): `.detach()` would keep the cut
-            return replace_node(mm, d.node, base, "Keep the graph: remove `.data`", "unsafe")
+            return None  # a cut on the way to the output: keep it (`.detach()`) or not is TL304's fix
+        base = mm.code_for(d.node.value)
         return replace_node(mm, d.node, f"{base}.detach()", "Replace `.data` with `.detach()`", "unsafe")
     return make
 

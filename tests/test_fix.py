@@ -611,16 +611,6 @@ def test_gradient_cut_fix_removes_detach_but_keeps_numbers_used_as_numbers():
     assert _fixed(src) == expected
 
 
-def test_data_read_on_the_output_path_loses_its_data():
-    """TL302 and TL304 on one `.data` in `forward`: the fix both want is to remove it
-    (`.detach()` would keep the cut)."""
-    path = os.path.join(ROOT, "fixtures", "autograd", "bad", "legacy_embedding_data_in_forward.py")
-    text = _read(path)
-    assert sorted(f.code for f in _lint(path, text)) == ["TL302", "TL304"]
-    fixed = fix_text(path, text, OPTS, unsafe=True).fixed
-    assert fixed == text.replace("embedded = self.embedding(tokens).data", "embedded = self.embedding(tokens)")
-    assert _lint(path, fixed) == []
-
 
 def test_missing_step_is_not_guessed_between_two_optimizers():
     """TL104: the step inserted is that of the one optimizer the loop clears; with two cleared
