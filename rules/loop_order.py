@@ -422,7 +422,7 @@ for x, y in loader:
                 reported.add(id(node))
                 owner = helper if helper is not None and inner is not None else fn
                 direct = inner if helper is not None else bwd
-                cleared = {norm_path(o.target) for o in (all_ops(owner) if owner is not fn else seq)
+                cleared = {norm_path(o.target) for o in (all_ops(owner) if owner is not fn else _outer_iteration(mm, fn, bwd))
                            if isinstance(o, CallOp) and o.kind == CLEAR and o.target
                            and mm.resolver.of_path(owner, o.target)[0] == catalog.OPTIMIZER}
                 fix = _step_after_backward(owner, direct, cleared.pop()) \
@@ -455,6 +455,14 @@ for x, y in loader:
                 yield Report(bwd.node, f"`backward()` computes gradients for `{c.target}` (cleared at line "
                              f"{_line(mm, c)}) but `{c.target}.step()` never runs, so those weights never "
                              "change", fix=_step_after_backward(fn, bwd, c.target), scope=fn.qualname)
+
+
+def _outer_iteration(mm, fn, op):
+    """The ops of one iteration of the outermost loop around ``op`` (all of ``fn`` outside one)."""
+    loop = op.loop
+    while loop is not None and loop.parent is not None:
+        loop = loop.parent
+    return iteration(mm, fn, loop.body) if loop is not None else all_ops(fn)
 
 
 _GRAD_HANDLING = re.compile(r"\bclip_grad_(?:norm|value)_\s*\(|\.unscale_\s*\(")
