@@ -43,7 +43,9 @@ Manifest mode (the benchmark of ``benchmarks/realworld/``, see docs/evaluation.m
   TRUE findings of rules that did not run are listed apart, not counted as lost.
 * ``--save-run FILE`` keeps the lint results; ``--from-run FILE`` scores them again (after
   new labels) without linting.
-* ``--check-split`` recomputes the held-out rule (sha1 order) and fails if a ``part`` disagrees.
+* ``--check-split`` recomputes the held-out rule (sha1 order) of each batch of repositories
+  (``batch``, 1 when absent: a batch added later has its own split, so the earlier parts never
+  change) and fails if a ``part`` disagrees. ``--batch N`` scores only batch N.
 """
 from __future__ import annotations
 
@@ -189,15 +191,28 @@ def load_manifest(path: str) -> list:
         if e["part"] not in ("tuned", "heldout"):
             raise ValueError(f"{path}: {e['repo']}: part must be \"tuned\" or \"heldout\"")
         e.setdefault("subpaths", [])
+        e.setdefault("batch", 1)
+        if not isinstance(e["batch"], int) or isinstance(e["batch"], bool) or e["batch"] < 1:
+            raise ValueError(f"{path}: {e['repo']}: batch must be a positive integer")
     return entries
 
 
 def heldout_by_rule(repos) -> set:
-    """The held-out rule of the manifest: sha1(repo) ascending, the first ceil(n/4)."""
+    """The held-out rule of one batch of the manifest: sha1(repo) ascending, the first ceil(n/4)."""
     import hashlib
 
     order = sorted(repos, key=lambda r: hashlib.sha1(r.encode("utf-8")).hexdigest())
     return set(order[:(len(order) + 3) // 4])
+
+
+def heldout_by_batches(entries) -> set:
+    """The held-out repositories of the whole manifest: the rule applied to each batch on its
+    own (``batch``, 1 when absent), so adding a batch never moves an earlier batch's repository
+    from one part to the other."""
+    batches = {}
+    for e in entries:
+        batches.setdefault(e.get("batch", 1), []).append(e["repo"])
+    return set().union(*(heldout_by_rule(repos) for repos in batches.values()))
 
 
 def load_labels(path: str) -> list:
@@ -329,15 +344,20 @@ def main_manifest(args) -> int:
     except (OSError, ValueError) as exc:
         print(f"realworld.py: error: {exc}", file=sys.stderr)
         return 2
-    rule = heldout_by_rule([e["repo"] for e in entries])
+    rule = heldout_by_batches(entries)
     wrong = [e["repo"] for e in entries if (e["part"] == "heldout") != (e["repo"] in rule)]
     if args.check_split:
         for r in wrong:
             print(f"realworld.py: {r}: `part` disagrees with the held-out rule", file=sys.stderr)
-        print(f"{len(entries)} repositories, {len(rule)} held out: " + ", ".join(sorted(rule)))
+        for b in sorted({e["batch"] for e in entries}):
+            repos = [e["repo"] for e in entries if e["batch"] == b]
+            held = sorted(r for r in repos if r in rule)
+            print(f"batch {b}: {len(repos)} repositories, {len(held)} held out: " + ", ".join(held))
         return 1 if wrong else 0
     if args.part != "all":
         entries = [e for e in entries if e["part"] == args.part]
+    if args.batch:
+        entries = [e for e in entries if e["batch"] in args.batch]
     if args.repo:
         entries = [e for e in entries if any(s.lower() in e["repo"].lower() for s in args.repo)]
     missing = [] if args.from_run else [e["repo"] for e in entries if not os.path.isdir(os.path.join(args.root, e["repo"].replace("/", "+")))]
@@ -446,6 +466,8 @@ def main(argv=None) -> int:
                     help="folder holding the checkouts, one <owner>+<name> folder per repository")
     ap.add_argument("--labels", default=LABELS, help="verdicts (JSONL)")
     ap.add_argument("--part", choices=("all", "tuned", "heldout"), default="all")
+    ap.add_argument("--batch", type=int, action="append", default=[], metavar="N",
+                    help="only the repositories of batch N of the manifest (repeatable)")
     ap.add_argument("--repo", action="append", default=[], help="only repositories whose name contains this")
     ap.add_argument("--extend-select", action="append", default=[], metavar="CODE",
                     help="also run these rules (e.g. a preview rule: --extend-select TL201; several: "

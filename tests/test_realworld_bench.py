@@ -16,14 +16,37 @@ def test_manifest_is_pinned_diverse_and_split_by_its_rule():
     entries = rw.load_manifest(rw.MANIFEST)
     assert len(entries) >= 40
     assert all(len(e["commit"]) == 40 for e in entries)
-    held = rw.heldout_by_rule([e["repo"] for e in entries])
+    held = rw.heldout_by_batches(entries)
     assert {e["repo"] for e in entries if e["part"] == "heldout"} == held
-    assert len(held) == (len(entries) + 3) // 4
+    for b in {e["batch"] for e in entries}:
+        batch = [e["repo"] for e in entries if e["batch"] == b]
+        assert len(held & set(batch)) == (len(batch) + 3) // 4
+    # batch 1 keeps the split it had before batch 2 was added
+    first = [e["repo"] for e in entries if e["batch"] == 1]
+    assert len(first) == 45 and rw.heldout_by_rule(first) == held & set(first)
     # every label refers to a manifest repository at its pinned commit
     commits = {e["repo"]: e["commit"] for e in entries}
     for lb in rw.load_labels(rw.LABELS):
         assert commits.get(lb["repo"]) == lb["commit"], lb
         assert lb["reason"].strip(), lb
+
+
+def test_split_is_per_batch_so_a_new_batch_moves_no_earlier_repository(tmp_path, capsys):
+    old = ["acme/a", "acme/b", "acme/c", "acme/d", "acme/e"]
+    new = ["zeta/p", "zeta/q", "zeta/r"]
+    entries = [{"repo": r, "batch": 1} for r in old] + [{"repo": r, "batch": 2} for r in new]
+    held = rw.heldout_by_batches(entries)
+    assert held & set(old) == rw.heldout_by_rule(old)   # as if batch 2 did not exist
+    assert len(held & set(new)) == 1
+    # --check-split applies the rule batch by batch
+    body = "".join(f'[[repo]]\nrepo = "{e["repo"]}"\ncommit = "{"0" * 40}"\nbatch = {e["batch"]}\n'
+                   f'part = "{"heldout" if e["repo"] in held else "tuned"}"\n\n' for e in entries)
+    m = tmp_path / "manifest.toml"
+    m.write_text(body)
+    assert rw.main(["--check-split", "--manifest", str(m)]) == 0
+    assert "batch 2: 3 repositories, 1 held out" in capsys.readouterr().out
+    m.write_text(body.replace("batch = 2", "batch = 0"))
+    assert rw.main(["--check-split", "--manifest", str(m)]) == 2
 
 
 def _f(path, line, code, cell=None, repo="o/r"):
