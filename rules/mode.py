@@ -10,8 +10,9 @@ from torchlint.model.ir import (
     BACKWARD, CALL, FORWARD, GRAD_OFF, GRAD_ON, GRAD_UNKNOWN, STEP, AssignOp, CallOp, LoopOp, all_ops, walk,
 )
 from torchlint.model.queries import (
-    analysable_functions, evaluates_after_training, is_kind, iteration, local_function, reaches_backward,
-    steps_or_updates, training_loop_before, trains, untrained_here, untrained_path_here, uses_autograd, within,
+    analysable_functions, evaluates_after_training, forward_records_no_graph, lightning_eval_hook, is_kind,
+    iteration, local_function, reaches_backward, steps_or_updates, training_loop_before, trains, untrained_here,
+    untrained_path_here, uses_autograd, within,
 )
 from torchlint.model.roles import is_eval_name
 from torchlint.rule import Report, Rule
@@ -167,7 +168,8 @@ def evaluate(model, loader):
                                      f"train mode ({_origin_text(mm, train[0])}); call "
                                      f"`{t}.eval()` first", fix=_insert_eval(fn, op, t, train), scope=fn.qualname)
                     elif any(m == ENTRY for m, _ in modes) and not any(m == "eval" for m, _ in modes) \
-                            and is_eval_name(fn.name) and not self._has_callers(mm, fn):
+                            and is_eval_name(fn.name) and not self._has_callers(mm, fn) \
+                            and not lightning_eval_hook(mm, fn):  # Lightning switched it to eval
                         seen.add(t)
                         yield Report(op.node, f"`{fn.name}()` evaluates `{op.target}` without calling "
                                      f"`{t}.eval()`, and no caller in the linted code does",
@@ -405,8 +407,10 @@ with torch.no_grad():
     triggers = (b"eval", b"valid", b"test")
 
     def check(self, mm):
+        if mm.grad_at_import == GRAD_OFF:
+            return  # ``torch.set_grad_enabled(False)`` at the top of the module: no graph anywhere
         for fn in _functions(mm):
-            if fn.decorator_grad == GRAD_OFF:
+            if fn.decorator_grad == GRAD_OFF or lightning_eval_hook(mm, fn):
                 continue
             flow = mm.flow(fn)
             reported_loops = []
@@ -416,10 +420,12 @@ with torch.no_grad():
                 if loop.runs_once:
                     continue  # one batch taken to look at (`...; break`): one graph, not one per batch
                 fwds = [o for o in walk(loop.body) if isinstance(o, CallOp) and o.kind == FORWARD]
-                if not fwds or uses_autograd(mm, loop.body):
-                    continue
+                if not fwds or uses_autograd(mm, loop.body, fn):
+                    continue  # gradients on purpose: attacks, saliency, test-time adaptation
                 if any(o.grad in (GRAD_OFF, "?") for o in fwds) or loop.grad in (GRAD_OFF, "?"):
                     continue
+                if all(forward_records_no_graph(mm, fn, o.target) for o in fwds):
+                    continue  # frozen models, forwards that run under no_grad: no graph to build
                 if _feeds_backward(mm, fn, loop):
                     continue
                 modes = set()

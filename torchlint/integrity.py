@@ -208,7 +208,8 @@ _FINDING_KEYS = frozenset(("code", "name", "message", "path", "span", "severity"
 _APPLICABILITY = ("safe", "unsafe")
 # the typed fields of a function summary and of a class's facts (others: any small JSON)
 _SUMMARY_TYPES = {"name": str, "qualname": str, "path": str, "line": int, "params": list, "free": list,
-                  "exit_modes": dict, "return_modes": dict, "trains_in_entry": list, "evals_in_entry": list, "backward": bool,
+                  "exit_modes": dict, "return_modes": dict, "trains_in_entry": list, "evals_in_entry": list,
+                  "backward": bool, "autograd": bool,
                   "backward_inherits_grad": bool, "step": bool, "clear": bool, "sched_step": bool,
                   "returns": list, "forward": bool, "moves": bool, "trains_on": list, "evaluates_on": list,
                   "grad": str}

@@ -219,6 +219,7 @@ class ModuleModel:
         self.functions = self.binder.functions
         self.all_functions = self.binder.all_functions
         self.module_function = self.binder.module_function
+        self.grad_at_import = self.binder.grad_at_import
         self.is_torch_code = _is_torch_code(self.imports)
         self.resolver = RoleResolver(self)
         self._positions = None
@@ -551,6 +552,19 @@ class ModuleModel:
                     mod, _, nm = self._split(q)
                     return ExternalRef(mod, nm)
         return None
+
+    def class_method(self, cls_name: str, name: str):
+        """Method ``name`` of the class ``cls_name`` (a class of this module by qualname, or the
+        key-qualified name of a class of another tree module), inherited ones included: a
+        ``FunctionModel``, an ``ExternalRef`` or ``None``."""
+        cls = self.classes.get(cls_name)
+        if cls is not None:
+            return self._method_of(cls, name)
+        q = self.project.method(cls_name, name)
+        if q is None:
+            return None
+        mod, _, nm = self._split(q)
+        return ExternalRef(mod, nm)
 
     def _split(self, q: str):
         """``key.Class.method`` -> (key, ".", "Class.method") using the module table."""

@@ -187,6 +187,10 @@ class Binder:
         self._guards: tuple = ()
         self._ctx_depth = 0  # guard depth of the innermost ``with`` (or function) around
         self._out: list = self.module_function.body
+        # the grad mode the module's own code leaves set at import (``torch.set_grad_enabled``
+        # at the top level), ``None`` when it sets none
+        self.grad_at_import: Optional[str] = None
+        self._grad_saved_by_with = 0
 
     # ------------------------------------------------------------------ driving
     def bind(self) -> None:
@@ -268,12 +272,26 @@ class Binder:
                 if g is not None:
                     self._grad = g if len(self._guards) <= self._ctx_depth else GRAD_UNKNOWN
                     self._ctx = ()
+            elif type(v) is cst.Call and self.imports.qualify(dotted(v.func)) in catalog.SET_GRAD_ENABLED:
+                # ``torch.set_grad_enabled(False)`` as a statement: the rest of the block (up to
+                # the end of an enclosing ``with``, which restores the mode) runs in that mode
+                g = self._grad_of_context(v)
+                if g is not None:
+                    self._grad = g if len(self._guards) <= self._ctx_depth else GRAD_UNKNOWN
+                    self._ctx = ()
+                    if self._fn.is_module_level:
+                        # at import, for the whole process: functions of this module run in it
+                        # when they are called (unless they set a mode themselves)
+                        top = not self._guards and self._loop is None and self._ctx_depth == 0 \
+                            and self._grad_saved_by_with == 0
+                        self.grad_at_import = g if top and g != GRAD_UNKNOWN else GRAD_UNKNOWN
         elif tp is cst.Assign:
             self._expr(s.value)
             targets = tuple(t.target for t in s.targets)
             for t in targets:
                 self._target_subexprs(t)
             self._emit(AssignOp(s, None, targets=targets, value=s.value))
+            self._rewrapped_grad(targets, s.value)
             if self._cls is not None and self._fn.cls is self._cls:
                 for t in targets:
                     self._record_self_attr(t, s)
@@ -496,10 +514,25 @@ class Binder:
                 self._emit(AssignOp(item, None, targets=(item.asname.name,), value=item.item))
         saved = self._grad, self._ctx
         self._grad, self._ctx = new_grad, new_ctx
+        self._grad_saved_by_with += 1
         try:
             self._suite(node.body)
         finally:
             self._grad, self._ctx = saved
+            self._grad_saved_by_with -= 1
+
+    def _rewrapped_grad(self, targets, value) -> None:
+        """``evaluate = torch.no_grad()(evaluate)``: the decorator applied by hand to a function
+        of this module (every later call runs in that mode)."""
+        if not (self._fn.is_module_level and len(targets) == 1 and isinstance(targets[0], cst.Name)
+                and type(value) is cst.Call and type(value.func) is cst.Call and len(value.args) == 1
+                and isinstance(value.args[0].value, cst.Name)
+                and value.args[0].value.value == targets[0].value):
+            return
+        fn = self.functions.get(targets[0].value)
+        g = self._grad_of_context(value.func)
+        if fn is not None and g in (GRAD_OFF, GRAD_ON):
+            fn.decorator_grad = g
 
     def _grad_of_context(self, expr) -> Optional[str]:
         call = expr.func if isinstance(expr, cst.Call) else expr

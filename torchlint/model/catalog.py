@@ -87,6 +87,16 @@ LIGHTNING_BASES = {
     "lightning.pytorch.core.LightningModule",
     "lightning.pytorch.core.module.LightningModule",
 }
+LIGHTNING_CALLBACK_BASES = {
+    "pytorch_lightning.Callback", "pytorch_lightning.callbacks.Callback",
+    "pytorch_lightning.callbacks.base.Callback", "lightning.Callback", "lightning.pytorch.Callback",
+    "lightning.pytorch.callbacks.Callback", "lightning.pytorch.callbacks.callback.Callback",
+}
+# Lightning runs its evaluation loops (steps and every hook around them, of the module and of
+# callbacks) inside ``torch.no_grad()``/``inference_mode()``
+LIGHTNING_EVAL_HOOKS = frozenset({"validation_step", "test_step", "predict_step", "validation_step_end",
+                                  "test_step_end", "validation_epoch_end", "test_epoch_end"})
+LIGHTNING_EVAL_HOOK_PREFIXES = ("on_validation_", "on_test_", "on_predict_")
 MODEL_FACTORY_PREFIXES = ("torchvision.models.", "timm.", "transformers.")
 MODEL_FACTORY_SUFFIXES = (".from_pretrained",)
 

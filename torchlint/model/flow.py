@@ -23,7 +23,7 @@ import libcst as cst
 from . import catalog
 from .binder import dotted
 from .ir import (
-    BACKWARD, CALL, CLEAR, FORWARD, GRAD_OFF, MODE, SCHED_STEP, STEP,
+    AUTOGRAD_GRAD, BACKWARD, CALL, CLEAR, FORWARD, GRAD_OFF, GRAD_ON, MODE, SCHED_STEP, STEP,
     AssignOp, BranchOp, CallOp, LoopOp, ReturnOp, all_ops, walk,
 )
 
@@ -484,8 +484,11 @@ def summarize(mm, fn) -> dict:
         "trains_in_entry": sorted(trains_in_entry),
         "evals_in_entry": sorted(evals_in_entry),
         "backward": trains or any(s.get("backward") for s in sub),
+        # it computes gradients with ``torch.autograd.grad`` (attacks, meta-learning inner loops)
+        "autograd": bool(function_events(fn, (AUTOGRAD_GRAD,))) or any(s.get("autograd") for s in sub),
         # a backward that runs in whatever grad mode the caller set (not under enable_grad)
-        "backward_inherits_grad": any(op.grad is None for op in function_events(fn, (BACKWARD,)))
+        "backward_inherits_grad": any(op.grad is None and not _graph_built_under_enable_grad(fn, op)
+                                      for op in function_events(fn, (BACKWARD,)))
         or any(op.grad is None and (mm.summary_of(op.info) or {}).get("backward_inherits_grad")
                for op in calls),
         "step": bool(function_events(fn, (STEP,))) or any(s.get("step") for s in sub),
@@ -500,6 +503,25 @@ def summarize(mm, fn) -> dict:
         # loader parameters it iterates in a training loop / only in evaluation loops (TL701)
         **dict(zip(("trains_on", "evaluates_on"), _loader_params(mm, fn))),
     }
+
+
+def _graph_built_under_enable_grad(fn, op) -> bool:
+    """``y.backward()`` where every assignment of ``y`` in ``fn`` runs under ``enable_grad``:
+    the graph was recorded there, and a backward needs no grad mode, so the caller's
+    ``no_grad`` does not stop it (``with torch.enable_grad(): y = model(x)`` then ``y.backward()``)."""
+    root = (op.recv or "").split(".", 1)[0]
+    if not root or root == "self":
+        return False
+    grads = []
+    for a in all_ops(fn):
+        if isinstance(a, AssignOp):
+            names = []
+            for t in a.targets:
+                els = [e.value for e in t.elements] if isinstance(t, (cst.Tuple, cst.List)) else [t]
+                names.extend(dotted(e) for e in els)
+            if root in names:
+                grads.append(a.grad)
+    return bool(grads) and all(g == GRAD_ON for g in grads)
 
 
 def _loader_params(mm, fn) -> tuple:

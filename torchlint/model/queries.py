@@ -233,9 +233,81 @@ def trains(mm, block) -> bool:
     return any(is_kind(mm, op, BACKWARD) for op in walk(block) if isinstance(op, CallOp))
 
 
-def uses_autograd(mm, block) -> bool:
-    return any(isinstance(op, CallOp) and (op.kind == AUTOGRAD_GRAD or is_kind(mm, op, BACKWARD))
-               for op in walk(block))
+def uses_autograd(mm, block, fn=None) -> bool:
+    """``block`` computes gradients: a backward or ``torch.autograd.grad``, directly or in a
+    function of the tree it calls (an attack's ``pgd(model, x, y)``, a meta-learner's inner
+    fine-tuning), or (given ``fn``, to resolve models) in the forward of a model it runs (a
+    test-time-adaptation wrapper whose forward runs backward and steps)."""
+    for op in walk(block):
+        if not isinstance(op, CallOp):
+            continue
+        if op.kind == AUTOGRAD_GRAD or is_kind(mm, op, BACKWARD):
+            return True
+        if op.kind == CALL:
+            s = mm.summary_of(op.info)
+            if s and s.get("autograd"):
+                return True
+        elif fn is not None and (op.kind == FORWARD or op.recv and op.attr and op.kind is None):
+            # ``model(x)`` or ``maml.finetune(...)``: a method of a module class of the tree
+            s = model_method_summary(mm, fn, op.target if op.kind == FORWARD else op.recv,
+                                     "forward" if op.kind == FORWARD else op.attr)
+            if s and (s.get("backward") or s.get("autograd")):
+                return True
+    return False
+
+
+def lightning_eval_hook(mm, fn) -> bool:
+    """``fn`` is a Lightning module's or callback's evaluation hook (``validation_step``,
+    ``on_validation_epoch_end``, ``on_test_batch_end``, ``on_predict_start`` ...): Lightning
+    runs it inside its evaluation loop, with the LightningModule in eval mode and under
+    ``no_grad``/``inference_mode``."""
+    cls = fn.cls
+    if cls is None or not (fn.name in catalog.LIGHTNING_EVAL_HOOKS
+                           or fn.name.startswith(catalog.LIGHTNING_EVAL_HOOK_PREFIXES)):
+        return False
+    if mm.class_is_module(cls) and cls.is_lightning:
+        return True
+    seen, todo = set(), [cls]
+    while todo:
+        c = todo.pop()
+        if c.qualname in seen or len(seen) > 10:
+            continue
+        seen.add(c.qualname)
+        if any(b in catalog.LIGHTNING_CALLBACK_BASES for b in c.bases):
+            return True
+        todo.extend(b for b in (mm.find_class(r) for r in c.raw_bases) if b is not None)
+    return False
+
+
+def model_method_summary(mm, fn, path: Optional[str], name: str = "forward") -> Optional[dict]:
+    """The summary of method ``name`` (its own or inherited) of the model at ``path`` when the
+    model is an instance of a module class of the linted tree, else ``None``."""
+    from .roles import _strip_module
+
+    if not path:
+        return None
+    role, info = mm.resolver.of_path(fn, _strip_module(norm_path(path)))
+    if role != catalog.MODEL or not info:
+        return None
+    target = mm.class_method(info, name)
+    return mm.summary_of(target) if target is not None else None
+
+
+def forward_summary(mm, fn, path: Optional[str]) -> Optional[dict]:
+    return model_method_summary(mm, fn, path, "forward")
+
+
+def forward_records_no_graph(mm, fn, path: Optional[str]) -> Optional[str]:
+    """Why a forward of the model at ``path`` records no autograd graph: every parameter has
+    ``requires_grad`` switched off, or its class's ``forward`` runs under ``@torch.no_grad()``
+    (a frozen feature extractor, an EMA teacher); else ``None``."""
+    why = mm.resolver.grad_switched_off(fn, path)
+    if why:
+        return why
+    s = forward_summary(mm, fn, path)
+    if s and s.get("grad") == GRAD_OFF:
+        return f"`{s['qualname']}` runs under `no_grad`"
+    return None
 
 
 def analysable_functions(mm) -> Iterator:

@@ -459,12 +459,9 @@ class RoleResolver:
         path = _strip_module(path or "")
         if not path:
             return None
-        marks = self._freeze_marks()
-        key = self._scope_key(fn, path)
-        on = [p for k, p, v in marks if v and k == key[0] and _under(path, p)]
-        off = [p for k, p, v in marks if not v and k == key[0] and (_under(path, p) or _under(p, path))]
-        if on and not off:
-            return f"`{on[0]}` has `requires_grad` switched off"
+        why = self.grad_switched_off(fn, path)
+        if why:
+            return why
         if self.of_path(fn, path)[0] != catalog.MODEL:
             return None
         opts = self.optimizers_in_scope(fn)
@@ -479,6 +476,39 @@ class RoleResolver:
         if owners and not any(_under(path, o) or _under(o, path) for o in owners):
             return f"no optimizer updates `{path}` (they update {', '.join(sorted('`%s`' % o for o in owners))})"
         return None
+
+    def grad_switched_off(self, fn, path: Optional[str], depth: int = 0) -> Optional[str]:
+        """Why no parameter of the model at ``path`` requires grad (``requires_grad_(False)`` or
+        ``p.requires_grad = False`` over its parameters, on it or a parent of it, here or by a
+        freezing helper of this module, and never undone in its scope), else ``None``.  Such a
+        model's forward records no graph (for inputs that do not require grad)."""
+        path = _strip_module(path or "")
+        if not path:
+            return None
+        marks = self._freeze_marks()
+        key = self._scope_key(fn, path)
+        on = [p for k, p, v in marks if v and k == key[0] and _under(path, p)]
+        off = [p for k, p, v in marks if not v and k == key[0] and (_under(path, p) or _under(p, path))]
+        if on and not off:
+            return f"`{on[0]}` has `requires_grad` switched off"
+        if off or fn is None or depth > 3:
+            return None
+        # a parameter of ``fn``: frozen when every call of ``fn`` in this module passes a
+        # model frozen there (``freeze(encoder); extract_features(encoder, loader)``)
+        root, _, rest = path.partition(".")
+        if root not in fn.params or root in ("self", "cls"):
+            return None
+        callers = list(self.mm.callers(fn))
+        if not callers:
+            return None
+        why = None
+        summ = {"params": [p for p in fn.params if not p.startswith("*")]}
+        for cf, op in callers:
+            arg = self.mm.argmap(cf, op, summ).get(root)
+            why = self.grad_switched_off(cf, f"{arg}.{rest}" if arg and rest else arg, depth + 1) if arg else None
+            if not why:
+                return None
+        return why
 
     @staticmethod
     def _scope_key(fn, path: str) -> tuple:
@@ -528,33 +558,54 @@ class RoleResolver:
                         b = _bool_arg(o, True)
                         if b is not None:
                             marks.append((self._scope_key(fn, owner)[0], _strip_module(owner), not b))
-        # ``freeze_params(unet.parameters())``: a helper of this module that switches off
-        # ``requires_grad`` for every element of a parameter it iterates
+        # ``freeze_params(unet.parameters())`` / ``freeze(encoder)``: a helper of this module that
+        # switches off ``requires_grad`` for every element of a parameter it iterates (given
+        # ``m.parameters()``), or for every parameter of a module it is given
+        # (``for p in module.parameters(): p.requires_grad = False``, ``module.requires_grad_(False)``)
         freezers = {}
         for fn in self.mm.all_functions:
+            plain = [p for p in fn.params if p not in ("self", "cls")]
+            if not plain or any(_unfreezes(o) for o in all_ops(fn)):
+                continue  # freezes all but a head (``for p in m.fc.parameters(): p.requires_grad = True``)
             for loop in (o for o in all_ops(fn) if isinstance(o, LoopOp)):
-                if loop.parent is not None or not isinstance(loop.iter, cst.Name) or loop.iter.value not in fn.params \
-                        or not isinstance(loop.target, cst.Name):
+                if loop.parent is not None or not isinstance(loop.target, cst.Name) or loop.guards:
+                    continue
+                if isinstance(loop.iter, cst.Name) and loop.iter.value in plain:
+                    arg, kind = loop.iter.value, "params"
+                elif isinstance(loop.iter, cst.Call) and isinstance(loop.iter.func, cst.Attribute) \
+                        and loop.iter.func.attr.value == "parameters" and not loop.iter.args \
+                        and isinstance(loop.iter.func.value, cst.Name) and loop.iter.func.value.value in plain:
+                    arg, kind = loop.iter.func.value.value, "module"
+                else:
                     continue
                 var = loop.target.value
-                if any(isinstance(o, AssignOp) and o.aug is None and len(o.targets) == 1 and not o.guards
-                       and dotted(o.targets[0]) == f"{var}.requires_grad"
-                       and isinstance(o.value, cst.Name) and o.value.value == "False" for o in walk(loop.body)):
-                    freezers[fn.name] = [p for p in fn.params if p not in ("self", "cls")].index(loop.iter.value) \
-                        if loop.iter.value not in ("self", "cls") else None
+                if any(not o.guards[len(loop.guards):] and (
+                        isinstance(o, AssignOp) and o.aug is None and len(o.targets) == 1
+                        and dotted(o.targets[0]) == f"{var}.requires_grad"
+                        and isinstance(o.value, cst.Name) and o.value.value == "False"
+                        or isinstance(o, CallOp) and o.attr == "requires_grad_" and o.recv == var
+                        and _bool_arg(o, True) is False) for o in walk(loop.body)):
+                    freezers[fn.name] = (plain.index(arg), kind)
+            for op in fn.body:
+                if isinstance(op, CallOp) and op.attr == "requires_grad_" and op.recv in plain \
+                        and _bool_arg(op, True) is False and not op.guards:
+                    freezers[fn.name] = (plain.index(op.recv), "module")
         if freezers:
             for fn in self.mm.all_functions:
                 for op in all_ops(fn):
-                    if not (isinstance(op, CallOp) and op.func in freezers and freezers[op.func] is not None):
+                    if not (isinstance(op, CallOp) and op.func in freezers):
                         continue
                     pos = [a for a in op.args if a.keyword is None and not a.star]
-                    i = freezers[op.func]
+                    i, kind = freezers[op.func]
                     a = pos[i].value if i < len(pos) else None
-                    if isinstance(a, cst.Call) and isinstance(a.func, cst.Attribute) \
+                    owner = None
+                    if kind == "params" and isinstance(a, cst.Call) and isinstance(a.func, cst.Attribute) \
                             and a.func.attr.value in ("parameters", "named_parameters"):
                         owner = dotted(a.func.value)
-                        if owner:
-                            marks.append((self._scope_key(fn, owner)[0], _strip_module(owner), True))
+                    elif kind == "module" and isinstance(a, (cst.Name, cst.Attribute)):
+                        owner = dotted(a)
+                    if owner:
+                        marks.append((self._scope_key(fn, owner)[0], _strip_module(owner), True))
         self._marks = marks
         return marks
 
@@ -837,6 +888,14 @@ def _first_arg(call: cst.Call, keyword: Optional[str]) -> Optional[cst.Arg]:
         if a.keyword is None and not a.star:
             return a
     return None
+
+
+def _unfreezes(op) -> bool:
+    """``x.requires_grad = True`` (or a value not known to be False), ``x.requires_grad_()``."""
+    if isinstance(op, AssignOp) and op.aug is None:
+        return any(isinstance(t, cst.Attribute) and t.attr.value == "requires_grad" for t in op.targets) \
+            and not (isinstance(op.value, cst.Name) and op.value.value == "False")
+    return isinstance(op, CallOp) and op.attr == "requires_grad_" and _bool_arg(op, True) is not False
 
 
 def _bool_arg(op: CallOp, default: Optional[bool]) -> Optional[bool]:
