@@ -75,8 +75,6 @@ def _decorator_grad(mm, name: str, depth: int = 0):
     ``no_grad = torch.no_grad()`` used as ``@no_grad``; ``def deco(fn)`` whose wrapper calls
     ``fn`` inside ``with torch.no_grad():`` (or under its own ``@torch.no_grad()``); a
     ``return torch.inference_mode()(fn)``.  ``None`` when it applies none or is unknown."""
-    from .ir import CallOp, ReturnOp
-
     if depth > 3:
         return None
     d = mm.functions.get(name)
@@ -90,19 +88,47 @@ def _decorator_grad(mm, name: str, depth: int = 0):
                 if q in catalog.GRAD_ON_CONTEXTS:
                     return GRAD_ON
         return None
+    return _wrapper_grad(mm, d, depth)
+
+
+def _wrapper_grad(mm, d, depth: int):
+    """The grad mode the decorator function ``d`` gives what it wraps (see ``_decorator_grad``);
+    a decorator factory (``@smart_inference_mode()``) gives the mode of the decorator it returns."""
+    from .ir import CallOp, ReturnOp
+
     params = [p for p in d.params if not p.startswith("*")]
     if not params:
         return None
     wrapped = params[0]
     for op in walk(d.body):
         if isinstance(op, ReturnOp) and isinstance(op.value, cst.Call) and isinstance(op.value.func, cst.Call):
-            q = mm.qualify(dotted(op.value.func.func) or "")
-            if q in catalog.GRAD_OFF_CONTEXTS:
-                return GRAD_OFF
+            g = _context_callee_grad(mm, op.value.func.func)
+            if g is not None:
+                return g
     for inner in d.nested:
         for op in walk(inner.body):
             if isinstance(op, CallOp) and op.func == wrapped and op.grad in (GRAD_OFF, GRAD_ON):
                 return op.grad
+    if depth < 3:
+        for op in d.body:
+            if isinstance(op, ReturnOp) and isinstance(op.value, cst.Name):
+                inner = next((n for n in d.nested if n.name == op.value.value), None)
+                if inner is not None:
+                    return _wrapper_grad(mm, inner, depth + 1)
+    return None
+
+
+def _context_callee_grad(mm, e):
+    """``torch.no_grad`` / ``torch.enable_grad``, or ``(torch.inference_mode if new else
+    torch.no_grad)`` whose arms agree: the grad mode of calling it, else ``None``."""
+    if isinstance(e, cst.IfExp):
+        a, b = _context_callee_grad(mm, e.body), _context_callee_grad(mm, e.orelse)
+        return a if a == b else None
+    q = mm.qualify(dotted(e) or "")
+    if q in catalog.GRAD_OFF_CONTEXTS:
+        return GRAD_OFF
+    if q in catalog.GRAD_ON_CONTEXTS:
+        return GRAD_ON
     return None
 
 

@@ -191,6 +191,7 @@ class Binder:
         # at the top level), ``None`` when it sets none
         self.grad_at_import: Optional[str] = None
         self._grad_saved_by_with = 0
+        self._ctx_vars: dict = {}  # names bound to grad contexts in the current function
 
     # ------------------------------------------------------------------ driving
     def bind(self) -> None:
@@ -292,6 +293,8 @@ class Binder:
                 self._target_subexprs(t)
             self._emit(AssignOp(s, None, targets=targets, value=s.value))
             self._rewrapped_grad(targets, s.value)
+            if len(targets) == 1 and isinstance(targets[0], cst.Name):
+                self._bind_ctx_var(targets[0].value, s.value)
             if self._cls is not None and self._fn.cls is self._cls:
                 for t in targets:
                     self._record_self_attr(t, s)
@@ -396,16 +399,16 @@ class Binder:
             self._emit(DefOp(node, None, function=fn))
         # bind the body in a fresh context
         saved = (self._fn, self._grad, self._loop, self._guards, self._out, self._fn_is_class_body,
-                 self._ctx_depth, self._ctx)
+                 self._ctx_depth, self._ctx, self._ctx_vars)
         self._fn, self._grad, self._loop, self._guards = fn, fn.decorator_grad, None, ()
-        self._ctx_depth, self._ctx = 0, ()
+        self._ctx_depth, self._ctx, self._ctx_vars = 0, (), {}
         self._out = fn.body
         self._fn_is_class_body = False
         try:
             self._suite(node.body)
         finally:
             (self._fn, self._grad, self._loop, self._guards, self._out, self._fn_is_class_body,
-             self._ctx_depth, self._ctx) = saved
+             self._ctx_depth, self._ctx, self._ctx_vars) = saved
 
     _fn_is_class_body = False
 
@@ -521,6 +524,17 @@ class Binder:
             self._grad, self._ctx = saved
             self._grad_saved_by_with -= 1
 
+    def _bind_ctx_var(self, name: str, value) -> None:
+        """A name bound to a grad context (``ctx = torch.no_grad()``, ``ctx = nullcontext() if
+        train else torch.no_grad()``), for a later ``with ctx:``; bound in a branch, maybe."""
+        g = self._grad_of_context(value) if isinstance(value, (cst.Call, cst.IfExp, cst.Attribute)) else None
+        if self._guards and (g is not None or name in self._ctx_vars):
+            self._ctx_vars[name] = GRAD_UNKNOWN
+        elif g is not None:
+            self._ctx_vars[name] = g
+        else:
+            self._ctx_vars.pop(name, None)
+
     def _rewrapped_grad(self, targets, value) -> None:
         """``evaluate = torch.no_grad()(evaluate)``: the decorator applied by hand to a function
         of this module (every later call runs in that mode)."""
@@ -535,7 +549,13 @@ class Binder:
             fn.decorator_grad = g
 
     def _grad_of_context(self, expr) -> Optional[str]:
+        if isinstance(expr, cst.IfExp):
+            # ``nullcontext() if need_grad else torch.no_grad()``: one mode or the other
+            a, b = self._grad_of_context(expr.body), self._grad_of_context(expr.orelse)
+            return a if a == b else GRAD_UNKNOWN
         call = expr.func if isinstance(expr, cst.Call) else expr
+        if isinstance(call, cst.Name) and call.value in self._ctx_vars:
+            return self._ctx_vars[call.value]  # ``ctx = torch.no_grad()`` ... ``with ctx:``
         q = self.imports.qualify(dotted(call))
         if q in catalog.GRAD_OFF_CONTEXTS:
             return GRAD_OFF
