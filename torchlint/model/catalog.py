@@ -160,8 +160,8 @@ NON_TORCH_PACKAGES = OTHER_FRAMEWORKS | {
 
 def non_torch_object(qualname: str) -> bool:
     """What a call of ``qualname`` (an imported callable) returns is known not to be a PyTorch
-    training object: another library's, or a diffusers noise scheduler / pipeline, or a
-    transformers ``pipeline``."""
+    training object: another library's, or a diffusers noise scheduler / pipeline, a
+    transformers ``pipeline``, or an Ultralytics model object (``YOLO(...)``)."""
     top = qualname.split(".", 1)[0]
     if top in NON_TORCH_PACKAGES:
         return True
@@ -169,6 +169,10 @@ def non_torch_object(qualname: str) -> bool:
     base = qualname.rsplit(".", 2)[-2] if qualname.count(".") >= 1 else ""
     if top == "diffusers" and ("Scheduler" in last or "Pipeline" in last or "Scheduler" in base
                                or "Pipeline" in base):
+        return True
+    if top == "ultralytics" and last[:1].isupper() and (qualname.count(".") == 1 or ".models." in qualname):
+        # ``YOLO(weights)``, ``RTDETR``, ``SAM``: the high-level model object, whose call predicts
+        # inside the predictor's own inference mode and whose ``train(data=...)`` runs a trainer
         return True
     return qualname in ("transformers.pipeline", "transformers.pipelines.pipeline")
 
