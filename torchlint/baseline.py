@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections import Counter
 
 from . import __version__
+from .reportfile import write_report
 
 FORMAT = "torchlint-baseline/1"
 
@@ -29,12 +29,7 @@ def write(path: str, findings) -> None:
     counts = Counter(_key(f) for f in findings)
     entries = [{"path": p, "code": c, "fingerprint": fp, "count": n} for (p, c, fp), n in sorted(counts.items())]
     doc = {"format": FORMAT, "version": __version__, "entries": entries}
-    d = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".torchlint-baseline-")
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        json.dump(doc, fh, indent=1, sort_keys=True)
-        fh.write("\n")
-    os.replace(tmp, path)
+    write_report(path, json.dumps(doc, indent=1, sort_keys=True) + "\n")
 
 
 def load(path: str) -> Counter:

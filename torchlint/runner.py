@@ -132,17 +132,9 @@ class Runner:
 
     def emit(self, out: str, output_file) -> None:
         if output_file:
-            import tempfile
+            from .reportfile import write_report
 
-            d = os.path.dirname(os.path.abspath(output_file))
-            fd, tmp = tempfile.mkstemp(dir=d, prefix=".torchlint-")
-            try:
-                with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                    fh.write(out)
-                os.replace(tmp, output_file)
-            except BaseException:
-                os.unlink(tmp)  # never a temporary file left behind
-                raise
+            write_report(output_file, out)
         else:
             click.echo(out, nl=False, color=bool(self._color))
 
