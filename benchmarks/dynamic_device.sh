@@ -24,6 +24,11 @@ if ! "$PY" -c "import libcst, click" 2>/dev/null; then
         exit 1
     fi
 fi
+# Run from a checkout that is not installed (the device machine), `torchlint.rules` (the rules/
+# folder, mapped by pyproject.toml at install) is not importable: link it for this run only.
+if ! "$PY" -c "import torchlint.rules" 2>/dev/null && [ -d rules ] && [ ! -e torchlint/rules ]; then
+    ln -s ../rules torchlint/rules && trap 'rm -f torchlint/rules' EXIT
+fi
 export PYTHONUNBUFFERED=1
 "$PY" -c "import torch, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.cuda.is_available(), torch.cuda.get_device_name() if torch.cuda.is_available() else '')"
 

@@ -610,3 +610,18 @@ def test_absent_dataset_files_of_a_real_torchvision_are_stood_in(tmp_path, monke
     assert "datasets.MNIST could not load its files (RuntimeError: Dataset not found" in d["evidence"], d
     assert "datasets.MNIST stood in by 256 random [1, 28, 28] images of 10 classes" in d["evidence"], d
     assert "is not installed" not in d["evidence"], d
+
+
+def test_a_finding_on_a_call_whose_callee_evaluates_is_never_refuted():
+    """TL201 reported at `train(model, loader, ...)` (module level) for the evaluation inside the
+    callee: the forwards run deeper than the flagged line, so the probe must not call the line
+    clean (it once did: `refuted` for a real bug)."""
+    path = os.path.join(ROOT, "fixtures", "mode", "bad", "mlp_module_with_dropout_scored_in_train_mode.py")
+    f = _finding(path, "TL201", 50)
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        confirm_findings([f], [], device="cpu", steps=STEPS, timeout=TIMEOUT, way="entry")
+    finally:
+        os.chdir(cwd)
+    assert f.dynamic["verdict"] != "refuted", f.dynamic["evidence"]

@@ -294,6 +294,14 @@ def _judge_facts(f, path: str, lines: list, jr, timeout: float, src: Source) -> 
         for x in facts:
             if x.get("t") == "anti104" and _site_hit(x.get("sites"), path, lineset) and jr.status in CONCLUSIVE:
                 return _dynamic("refuted", head + x["evidence"])
+    if code in ("TL201", "TL203"):
+        mine = [x for x in fwd if x["sites"] and x["sites"][0][0] == path and x["sites"][0][1] in lineset]
+        if not mine and any(_site_hit(x["sites"][1:], path, lineset) for x in fwd):
+            # the finding names a call (train(model, ...) whose callee evaluates): the forwards ran
+            # deeper, where this probe does not tell evaluation from training, so it cannot refute
+            return _dynamic("not-reached", head + (
+                f"the forwards this finding is about ran in functions called from line {line}; the probe "
+                f"judges the mode only of forwards written on the finding's own lines"))
     # 3. refuted: the line ran, the run finished, the probe stayed quiet
     if reached:
         k = reached[0].get("step", 0)
