@@ -16,7 +16,23 @@ from torchlint.fixes import apply_fixes, apply_fixes_detailed
 from torchlint.selection import enabled_codes, preview_codes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PAIRS = sorted(p for p in glob.glob(os.path.join(ROOT, "fixtures", "fixes", "*.py")) if not p.endswith(".fixed.py"))
+
+
+def _pair_sources():
+    """The programs of the fix pairs: each `fixtures/fixes/X.fixed.py` is what `--fix` makes of
+    `fixtures/fixes/X.py`, or, where no such file is there, of the buggy fixture
+    `fixtures/<family>/bad/X.py` (kept once, not copied)."""
+    out = []
+    for fixed in glob.glob(os.path.join(ROOT, "fixtures", "fixes", "*.fixed.py")):
+        name = os.path.basename(fixed)[:-len(".fixed.py")] + ".py"
+        beside = os.path.join(os.path.dirname(fixed), name)
+        found = [beside] if os.path.exists(beside) else glob.glob(os.path.join(ROOT, "fixtures", "*", "bad", name))
+        assert len(found) == 1, (fixed, found)
+        out.append(found[0])
+    return sorted(out)
+
+
+PAIRS = _pair_sources()
 OPTS = LintOptions(frozenset(enabled_codes(["TL"], [], sorted(preview_codes()))))  # preview rules too
 
 
@@ -46,7 +62,7 @@ def _fix_pair(path):
 @pytest.mark.parametrize("path", PAIRS, ids=[os.path.basename(p) for p in PAIRS])
 def test_fixture_pair(path):
     original = _read(path)
-    expected = _read(path[:-3] + ".fixed.py")
+    expected = _read(os.path.join(ROOT, "fixtures", "fixes", os.path.basename(path)[:-3] + ".fixed.py"))
     before = _lint(path, original)
     fixable = [f for f in before if f.fix is not None]
     assert fixable, "a pair must exercise at least one fix"
