@@ -43,9 +43,11 @@ Manifest mode (the benchmark of ``benchmarks/realworld/``, see docs/evaluation.m
   TRUE findings of rules that did not run are listed apart, not counted as lost.
 * ``--save-run FILE`` keeps the lint results; ``--from-run FILE`` scores them again (after
   new labels) without linting.
-* ``--check-split`` recomputes the held-out rule (sha1 order) of each batch of repositories
-  (``batch``, 1 when absent: a batch added later has its own split, so the earlier parts never
-  change) and fails if a ``part`` disagrees. ``--batch N`` scores only batch N.
+* ``--check-split`` recomputes the held-out rule of each batch of repositories (``batch``, 1
+  when absent: a batch added later has its own split, so the earlier parts never change) and
+  fails if a ``part`` disagrees. A batch's rule is the one its header line declares
+  (``batch<N>_heldout_rule``): the sha1 order (the default) or "every repository held-out".
+  ``--batch N`` scores only batch N.
 """
 from __future__ import annotations
 
@@ -184,6 +186,7 @@ def load_manifest(path: str) -> list:
     with open(path, "rb") as fh:
         data = tomllib.load(fh)
     entries = data.get("repo", [])
+    rules = batch_rules(data, path)
     for e in entries:
         for k in ("repo", "commit", "part"):
             if k not in e:
@@ -194,7 +197,34 @@ def load_manifest(path: str) -> list:
         e.setdefault("batch", 1)
         if not isinstance(e["batch"], int) or isinstance(e["batch"], bool) or e["batch"] < 1:
             raise ValueError(f"{path}: {e['repo']}: batch must be a positive integer")
+        e["split"] = rules.get(e["batch"], "sha1")
     return entries
+
+
+def batch_rules(data: dict, path: str) -> dict:
+    """The held-out rule each batch declares in the manifest's header: ``heldout_rule`` for
+    batch 1, ``batch<N>_heldout_rule`` for batch N. Two rules are known: the sha1 rule (the text
+    names ``sha1``: sha1(repo) ascending, the first ceil(n/4) held out) and "every repository
+    held-out" (a batch chosen and pinned as a held-out part before any lint). A batch that
+    declares none gets the sha1 rule; a rule text that is neither is an error."""
+    import re
+
+    rules = {}
+    for key, text in data.items():
+        m = re.fullmatch(r"(?:batch(\d+)_)?heldout_rule", key)
+        if not m:
+            continue
+        batch = int(m.group(1) or 1)
+        if not isinstance(text, str):
+            raise ValueError(f"{path}: `{key}` must be a string")
+        if "every repository held-out" in text:
+            rules[batch] = "all"
+        elif "sha1" in text:
+            rules[batch] = "sha1"
+        else:
+            raise ValueError(f"{path}: `{key}`: unknown held-out rule {text!r} (it must name the sha1 "
+                             "rule or say \"every repository held-out\")")
+    return rules
 
 
 def heldout_by_rule(repos) -> set:
@@ -206,13 +236,17 @@ def heldout_by_rule(repos) -> set:
 
 
 def heldout_by_batches(entries) -> set:
-    """The held-out repositories of the whole manifest: the rule applied to each batch on its
-    own (``batch``, 1 when absent), so adding a batch never moves an earlier batch's repository
-    from one part to the other."""
-    batches = {}
+    """The held-out repositories of the whole manifest: each batch's rule (``split``: "sha1",
+    the default, or "all", see `batch_rules`) applied to that batch on its own (``batch``, 1 when
+    absent), so adding a batch never moves an earlier batch's repository from one part to the
+    other."""
+    batches, split = {}, {}
     for e in entries:
-        batches.setdefault(e.get("batch", 1), []).append(e["repo"])
-    return set().union(*(heldout_by_rule(repos) for repos in batches.values()))
+        b = e.get("batch", 1)
+        batches.setdefault(b, []).append(e["repo"])
+        split[b] = e.get("split", "sha1")
+    return set().union(*(set(repos) if split[b] == "all" else heldout_by_rule(repos)
+                         for b, repos in batches.items()))
 
 
 def load_labels(path: str) -> list:
@@ -352,7 +386,9 @@ def main_manifest(args) -> int:
         for b in sorted({e["batch"] for e in entries}):
             repos = [e["repo"] for e in entries if e["batch"] == b]
             held = sorted(r for r in repos if r in rule)
-            print(f"batch {b}: {len(repos)} repositories, {len(held)} held out: " + ", ".join(held))
+            how = "every repository held out" if any(e["split"] == "all" for e in entries if e["batch"] == b) \
+                else "sha1 rule"
+            print(f"batch {b} ({how}): {len(repos)} repositories, {len(held)} held out: " + ", ".join(held))
         return 1 if wrong else 0
     if args.part != "all":
         entries = [e for e in entries if e["part"] == args.part]

@@ -20,7 +20,11 @@ def test_manifest_is_pinned_diverse_and_split_by_its_rule():
     assert {e["repo"] for e in entries if e["part"] == "heldout"} == held
     for b in {e["batch"] for e in entries}:
         batch = [e["repo"] for e in entries if e["batch"] == b]
-        assert len(held & set(batch)) == (len(batch) + 3) // 4
+        n_held = len(batch) if b == 3 else (len(batch) + 3) // 4
+        assert len(held & set(batch)) == n_held
+    # batch 3 declares every repository held-out (chosen and pinned before any lint)
+    assert {e["split"] for e in entries if e["batch"] == 3} == {"all"}
+    assert {e["split"] for e in entries if e["batch"] != 3} == {"sha1"}
     # batch 1 keeps the split it had before batch 2 was added
     first = [e["repo"] for e in entries if e["batch"] == 1]
     assert len(first) == 45 and rw.heldout_by_rule(first) == held & set(first)
@@ -44,9 +48,42 @@ def test_split_is_per_batch_so_a_new_batch_moves_no_earlier_repository(tmp_path,
     m = tmp_path / "manifest.toml"
     m.write_text(body)
     assert rw.main(["--check-split", "--manifest", str(m)]) == 0
-    assert "batch 2: 3 repositories, 1 held out" in capsys.readouterr().out
+    assert "batch 2 (sha1 rule): 3 repositories, 1 held out" in capsys.readouterr().out
     m.write_text(body.replace("batch = 2", "batch = 0"))
     assert rw.main(["--check-split", "--manifest", str(m)]) == 2
+
+
+def test_a_batch_declared_all_heldout_needs_every_repository_heldout(tmp_path, capsys):
+    rule = 'batch2_heldout_rule = "batch 2: every repository held-out; chosen and pinned before any lint"\n'
+    old = ["acme/a", "acme/b", "acme/c", "acme/d", "acme/e"]
+    held_old = rw.heldout_by_rule(old)
+
+    def manifest(header, new_parts):
+        body = header + "".join(
+            f'[[repo]]\nrepo = "{r}"\ncommit = "{"0" * 40}"\npart = "{"heldout" if r in held_old else "tuned"}"\n\n'
+            for r in old)
+        body += "".join(f'[[repo]]\nrepo = "{r}"\ncommit = "{"1" * 40}"\nbatch = 2\npart = "{p}"\n\n'
+                        for r, p in new_parts.items())
+        m = tmp_path / "manifest.toml"
+        m.write_text(body)
+        return str(m)
+
+    all_held = {"zeta/p": "heldout", "zeta/q": "heldout", "zeta/r": "heldout"}
+    assert rw.main(["--check-split", "--manifest", manifest(rule, all_held)]) == 0
+    out = capsys.readouterr().out
+    assert "batch 2 (every repository held out): 3 repositories, 3 held out" in out
+    assert f"batch 1 (sha1 rule): 5 repositories, {len(held_old)} held out" in out
+    # one repository of the batch left in the tuned part disagrees with its rule
+    one_tuned = dict(all_held, **{"zeta/q": "tuned"})
+    assert rw.main(["--check-split", "--manifest", manifest(rule, one_tuned)]) == 1
+    assert "zeta/q: `part` disagrees with the held-out rule" in capsys.readouterr().err
+    # without the header line the batch gets the sha1 rule, under which all three disagree
+    assert rw.main(["--check-split", "--manifest", manifest("", all_held)]) == 1
+    capsys.readouterr()
+    # a rule text that names no known rule is a clear error, not a silent sha1 split
+    bad = 'batch2_heldout_rule = "batch 2: whatever we like"\n'
+    assert rw.main(["--check-split", "--manifest", manifest(bad, all_held)]) == 2
+    assert "unknown held-out rule" in capsys.readouterr().err
 
 
 def _f(path, line, code, cell=None, repo="o/r"):
