@@ -17,7 +17,7 @@ def _graph_accumulations(mm):
     res = resources.get(mm)
     for fn in analysable_functions(mm):
         for acc in res.accumulations(fn):
-            if "graph" not in acc.facts or not acc.loops:
+            if not (acc.facts & {"graph", "holds_loss"}) or not acc.loops:
                 continue
             if acc.op.grad == GRAD_OFF or fn.decorator_grad == GRAD_OFF:
                 continue
@@ -26,7 +26,7 @@ def _graph_accumulations(mm):
             if res.consumed_by_backward(acc):
                 continue
             vname = dotted(acc.value) if isinstance(acc.value, (cst.Name, cst.Attribute)) else ""
-            is_loss = "loss" in acc.facts or "loss" in (vname or "").rsplit(".", 1)[-1].lower()
+            is_loss = bool(acc.facts & {"loss", "holds_loss"}) or "loss" in (vname or "").rsplit(".", 1)[-1].lower()
             yield fn, acc, is_loss
 
 
@@ -92,6 +92,14 @@ for x, y in loader:
             if not is_loss:
                 continue
             what = "summed into" if acc.how in ("aug", "selfadd") else "stored in"
+            if "holds_loss" in acc.facts and "graph" not in acc.facts:
+                code = mm.code_for(acc.value)
+                yield Report(acc.op.node,
+                             f"`{code}` holds a loss that requires grad (an item of it was backwarded) "
+                             f"and is {what} `{acc.container}` across training iterations, keeping "
+                             "every iteration's autograd graph alive; store the loss item "
+                             "`.detach()`ed (or `.item()`)", scope=fn.qualname)
+                continue
             origin = mm.value_origin(fn, getattr(acc.op, "value", None))
             via = f" (the loss returned by {origin})" if origin else ""
             yield Report(acc.op.node,

@@ -17,6 +17,8 @@ Facts are small strings collected in frozensets:
 ``saved``     a name used as an operand of ``*``/``@``/``/``/``**`` with a grad-requiring partner
 ``indices``   integer class indices (``randint``, ``argmax``, ``.long()``)
 ``soft``      soft / one-hot / mixed targets (``one_hot``, mixup, label smoothing)
+``holds_loss`` a container whose item (one literal key) was backwarded: it holds a loss and
+              its graph (``out = module.training_step(batch); out["loss"].backward()``)
 
 In-place operations (``x.mul_()``, ``x += y``, ``x[i] = v``, ``out=``, in-place activations)
 are recorded per function in ``fn.inplace_ops`` as :class:`Inplace` records with the facts of
@@ -111,6 +113,16 @@ class Inplace:
 
     def __repr__(self) -> str:
         return f"Inplace({self.how}, {sorted(self.facts)})"
+
+
+def _loss_item_holder(node) -> Optional[str]:
+    """``out["loss"]`` (one literal key) -> ``out``: the container of the item."""
+    if type(node) is not cst.Subscript or len(node.slice) != 1:
+        return None
+    sl = node.slice[0].slice
+    if not isinstance(sl, cst.Index) or not isinstance(sl.value, (cst.SimpleString, cst.Integer)):
+        return None
+    return dotted(node.value)
 
 
 def _is_index0(sub) -> bool:
@@ -252,6 +264,11 @@ class Dataflow:
             if op.kind == BACKWARD:
                 # the graph is freed: what it saved may be modified again
                 env = {k: v.difference(("saves_out", "saved")) for k, v in env.items()}
+                holder = _loss_item_holder(op.recv_node)
+                if holder:
+                    # ``out["loss"].backward()``: ``out`` (a step's output dict) holds a loss
+                    # with its graph, whatever the function that returned it
+                    env[holder] = env.get(holder, EMPTY) | {"holds_loss"}
             if op.kind == MOVE and op.recv and _is_statement_call(op):
                 # `batch.to(device)` on its own line: in place for modules and BatchEncoding,
                 # a discarded copy for tensors (``moved_inplace``; its items count as moved)
@@ -280,6 +297,11 @@ class Dataflow:
                 return env
             env = dict(env)
             for t in op.targets:
+                if isinstance(t, cst.Subscript) and "graph" not in vf:
+                    # ``out["loss"] = out["loss"].detach()``: the loss item is replaced
+                    h = _loss_item_holder(t)
+                    if h and "holds_loss" in env.get(h, EMPTY):
+                        env[h] = env[h] - {"holds_loss"}
                 self._bind(t, op.value, vf, env)
                 if isinstance(t, cst.Subscript) and "moved" in vf and dotted(t.value):
                     # batch[k] = batch[k].to(device): the container's items are moved
@@ -405,7 +427,7 @@ class Dataflow:
             base = self.facts(e.value, env)
             if "moved_inplace" in base:
                 return base | {"moved"}  # batch["input_ids"] after batch.to(device) / batch[k] = ...
-            return base
+            return base - {"holds_loss"}  # the holder's other items are not the loss
         if tp is cst.BinaryOperation:
             lf, rf = self.facts(e.left, env), self.facts(e.right, env)
             both = lf | rf
