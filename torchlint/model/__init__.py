@@ -699,7 +699,29 @@ class ModuleModel:
 
     # ------------------------------------------------------------------ facts
     def forward_output_facts(self, fn: FunctionModel, op: CallOp) -> frozenset:
-        """Facts of what a model's forward returns (probabilities, log-probabilities, ...)."""
+        """Facts of what a model's forward returns (probabilities, log-probabilities, ...); a
+        forward that returns what a module passed to it returns (``def forward(self, x, layer):
+        return layer(...)``) returns, here, what the module of this call returns."""
+        from .dataflow import call_output_facts, model_output_facts, param_calls, without_param_calls
+
+        facts = self._forward_output_facts(fn, op)
+        calls = param_calls(facts)
+        if not calls:
+            return facts
+        out = without_param_calls(facts)
+        positional = [a for a in op.args if a.keyword is None and not a.star]
+        for i, name in calls:
+            arg = next((a for a in op.args if a.keyword is not None and a.keyword.value == name), None)
+            if arg is None and i < len(positional) and not any(a.star for a in op.args):
+                arg = positional[i]
+            v = arg.value if arg is not None else None
+            if isinstance(v, cst.Call):
+                out = out | call_output_facts(self, fn, v)
+            elif isinstance(v, (cst.Name, cst.Attribute)):
+                out = out | model_output_facts(self, fn, dotted(v))
+        return out
+
+    def _forward_output_facts(self, fn: FunctionModel, op: CallOp) -> frozenset:
         info = op.info
         cls = self.classes.get(info) if isinstance(info, str) else None
         if cls is None:
@@ -734,7 +756,8 @@ class ModuleModel:
         facts = frozenset()
         fwd = cls.methods.get("forward")
         if fwd is not None:
-            facts = frozenset(f for f in self.return_facts(fwd) if f in ("probs", "sigmoid", "logprobs", "logits"))
+            facts = frozenset(f for f in self.return_facts(fwd) if f in ("probs", "sigmoid", "logprobs", "logits")
+                              or f.startswith("calls_param:"))
         else:
             facts = self._sequential_output(cls)
             if not facts:  # forward inherited from a base class, here or imported

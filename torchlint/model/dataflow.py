@@ -214,6 +214,25 @@ _SCAN_LEAVES = frozenset((cst.Name, cst.Integer, cst.Float, cst.SimpleString, cs
 _COMPS = frozenset((cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp))
 
 
+# the output of calling the forward's parameter at index i (``self`` left out) named n:
+# ``calls_param:i:n``, resolved at each forward call by the module its caller passes
+PARAM_CALL = "calls_param:"
+
+
+def param_calls(facts: frozenset) -> list:
+    """``[(index, name)]`` of the forward parameters whose call's output ``facts`` include."""
+    out = []
+    for f in facts:
+        if f.startswith(PARAM_CALL):
+            i, _, n = f[len(PARAM_CALL):].partition(":")
+            out.append((int(i), n))
+    return sorted(out)
+
+
+def without_param_calls(facts: frozenset) -> frozenset:
+    return frozenset(f for f in facts if not f.startswith(PARAM_CALL))
+
+
 def _strip(f: frozenset, *names: str) -> frozenset:
     return f.difference(names)
 
@@ -566,6 +585,12 @@ class Dataflow:
                 out = EMPTY
                 if d and any(n in d.lower() for n in _SOFT_NAMES):
                     out = frozenset({"soft"})
+        if type(func) is cst.Name and self.fn.name == "forward" and self.fn.cls is not None:
+            # ``layer(x)`` in ``def forward(self, x, layer)``: what it returns depends on the
+            # module each caller passes (a concrete-dropout wrapper around ``Sequential(fc, softmax)``)
+            params = [p for p in self.fn.params if not p.startswith("*")]
+            if func.value in params[1:]:
+                out = out | {f"{PARAM_CALL}{params.index(func.value) - 1}:{func.value}"}
         if grad_off:
             out = _strip(out, "graph", "grad_in")
         return out
@@ -1075,7 +1100,7 @@ def call_output_facts(mm, fn, call, depth: int = 0) -> frozenset:
         return _last_layer_facts(mm, fn, call.args, depth)
     cls = mm.find_class(d)
     if cls is not None:
-        return mm.class_forward_facts(cls) if mm.class_is_module(cls) else EMPTY
+        return without_param_calls(mm.class_forward_facts(cls)) if mm.class_is_module(cls) else EMPTY
     target = mm.functions.get(d)
     if target is not None:
         out = EMPTY
@@ -1089,7 +1114,7 @@ def call_output_facts(mm, fn, call, depth: int = 0) -> frozenset:
         return out
     ext = mm.external_class_name(d) if hasattr(mm, "external_class_name") else None
     if ext:
-        return mm.external_forward_facts(ext)
+        return without_param_calls(mm.external_forward_facts(ext))
     return EMPTY
 
 
