@@ -45,7 +45,7 @@ def _unmoved_args(mm, op):
     out = []
     for i, a in enumerate(op.args):
         facts = op.arg_facts[i] if i < len(op.arg_facts) else frozenset()
-        if "batch" not in facts or "moved" in facts:
+        if not facts & {"batch", "host_data"} or "moved" in facts:
             continue
         if _lengths_like(mm, a.value):
             continue
@@ -146,12 +146,20 @@ for x, y in loader:
                     if not cand:
                         continue
                     model, mv = cand[0]
-                loops = _loader_loops(mm, fn, op)
-                if not loops:
-                    continue
-                placements = [res.loader_placement(fn, lp) for lp in loops]
-                if any(p != "host" for p in placements):
-                    continue
+                full_batch = []
+                if all("batch" not in f for _a, f in bad):
+                    # data made on the CPU without a loader, moved by hand in this training loop
+                    full_batch = res.full_batch_moves(op.loop)
+                    if not full_batch:
+                        continue
+                else:
+                    bad = [(x, f) for x, f in bad if "batch" in f]
+                    loops = _loader_loops(mm, fn, op)
+                    if not loops:
+                        continue
+                    placements = [res.loader_placement(fn, lp) for lp in loops]
+                    if any(p != "host" for p in placements):
+                        continue
                 a, facts = bad[0]
                 name = mm.code_for(a.value).strip()
                 where = f"line {mm.line_of(mv.node)}"
@@ -163,7 +171,12 @@ for x, y in loader:
                     moved = f"with the outputs of `{model}`, which was moved to the accelerator"
                 else:
                     target, moved = f"`{model}`", "which was moved to the accelerator"
-                if "moved_inplace" in facts:
+                if full_batch:
+                    mv_line = mm.line_of(full_batch[0].node)
+                    msg = (f"`{name}` is made on the CPU but reaches {target} {moved} "
+                           f"(`{moved_with}` at {where}), while line {mv_line} moves the other data of "
+                           "this training loop; move it with `.to(device)`")
+                elif "moved_inplace" in facts:
                     msg = (f"`{name}` reaches {target} on the CPU: `{name}.to(...)` on its own line "
                            "returns a moved copy and leaves the tensor where it was; assign it "
                            f"(`{name} = {name}.to(...)`)")

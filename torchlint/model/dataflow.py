@@ -16,6 +16,8 @@ Facts are small strings collected in frozensets:
               relu, ``nn.ReLU`` ...); views of it keep the fact
 ``saved``     a name used as an operand of ``*``/``@``/``/``/``**`` with a grad-requiring partner
 ``indices``   integer class indices (``randint``, ``argmax``, ``.long()``)
+``host_data`` a tensor made from a variable's data on the CPU (``torch.from_numpy(x)``,
+              ``torch.Tensor(seqs)``): full-batch data, moved only by ``.to``
 ``soft``      soft / one-hot / mixed targets (``one_hot``, mixup, label smoothing)
 ``holds_loss`` a container whose item (one literal key) was backwarded: it holds a loss and
               its graph (``out = module.training_step(batch); out["loss"].backward()``)
@@ -53,6 +55,8 @@ _KEEP_FUNCS = {"torch.reshape", "torch.squeeze", "torch.unsqueeze", "torch.flatt
                "torch.permute", "torch.movedim", "torch.swapaxes", "torch.swapdims", "torch.t",
                "torch.narrow", "torch.select", "torch.flip", "torch.roll", "torch.unflatten"}
 _DEVICE_METHODS = {"to", "cuda"}
+_HOST_DATA_FUNCS = {"torch.Tensor", "torch.tensor", "torch.from_numpy", "torch.as_tensor", "torch.FloatTensor",
+                    "torch.LongTensor"}
 # autograd-saved outputs (derivatives.yaml uses ``result``) and the views that alias them
 _SAVES_OUT_FUNCS = {"torch.sigmoid", "torch.tanh", "torch.exp", "torch.softmax", "torch.relu",
                     "torch.sqrt", "torch.rsqrt", "torch.log_softmax", "torch.special.expit",
@@ -516,6 +520,11 @@ class Dataflow:
             out = (self._arg0(e, env) & {"batch", "moved"}) | {"soft"}
         elif q in ("torch.randint", "torch.argmax", "torch.randperm", "torch.multinomial"):
             out = frozenset({"fresh", "indices"})
+        elif q in _HOST_DATA_FUNCS and e.args and type(e.args[0].value) in (cst.Name, cst.Attribute, cst.Subscript, cst.Call) \
+                and not any(a.keyword is not None and a.keyword.value == "device" for a in e.args):
+            # ``torch.from_numpy(features)``, ``torch.Tensor(target_seq)``: a data set's arrays
+            # made a tensor, on the CPU (full-batch training without a loader)
+            out = frozenset({"host_data"})
         elif q in catalog.FRESH_FACTORIES:
             out = frozenset({"fresh"})
             if q == "torch.tensor" and _dtype_is_float(e):

@@ -520,6 +520,17 @@ class Resources:
         q = self.mm.qualify(dotted(value.func))
         return q in catalog.LOADER_NAMES
 
+    def full_batch_moves(self, loop: LoopOp) -> list:
+        """Assignments in ``loop`` that move full-batch data made on the CPU to the device
+        (``input_seq = input_seq.to(device)``, ``input_seq`` from ``torch.from_numpy``), when the
+        loop also runs backward: a training loop without a loader whose author moves the data
+        by hand, so data it leaves on the CPU was meant to move too."""
+        from .queries import trains
+
+        moves = [o for o in walk(loop.body) if isinstance(o, AssignOp) and o.aug is None
+                 and {"host_data", "moved"} <= getattr(o, "value_facts", frozenset())]
+        return moves if moves and trains(self.mm, loop.body) else []
+
     def loader_placement(self, fn, loop: LoopOp) -> Optional[str]:
         """``"device"`` when the batches of the loop's loader arrive on the device already,
         ``"host"`` when the loader is a plain ``DataLoader`` (batches on the CPU), ``None``
