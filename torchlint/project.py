@@ -404,39 +404,35 @@ class ProjectIndex:
     def param_sites(self, name: str):
         """What the call sites in other modules pass for one parameter (``name`` is
         ``qual:position:parameter``, see :func:`param_question`): the fact they all agree on
-        (a list), ``"?"`` when one of them has evidence and they do not all agree, ``None``
-        when none has evidence for it (a callee with agreeing call sites of its own then asks
-        whether other modules call it at all)."""
+        (a list), else ``None`` (no site, a site without evidence, sites that disagree, or
+        agree only on what the parameter's name says). A callee that gets ``None`` and could
+        still use a fact of its own call sites asks whether other modules call it at all
+        (``CALLED``): a site that agrees on nothing and one that does not exist differ only
+        there, so an ``ARGS`` answer changes only when what the callee takes from it does."""
         qual, idx, param, guess = split_param_question(name)
         texts = self.call_sites.get(qual)
         if not texts:
             return None
-        agreed, evidence, missing = None, False, False
+        agreed = None
         for text in sorted(texts):
             try:
                 d = json.loads(text)
             except ValueError:
-                return "?"
+                return None
             if not isinstance(d, dict) or "*" in d:
-                return "?"
+                return None
             v = d.get(param)
             if v is None and idx >= 0:
                 v = d.get(str(idx))
             if v is None:
-                missing = True
-                continue
-            evidence = True
+                return None
             if agreed is None:
                 agreed = v
             elif v != agreed:
                 if v[:1] == agreed[:1] == ["model"]:
                     agreed = ["model", None]  # models of different classes
                 else:
-                    return "?"
-        if not evidence:
-            return None
-        if missing:
-            return "?"
+                    return None
         return None if agreed == [guess, None] else agreed  # nothing the asker does not know
 
     def answers(self, queries, memo: Optional[dict] = None) -> str:

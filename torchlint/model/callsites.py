@@ -244,17 +244,17 @@ def param_site(mm, fn, name: str) -> Optional[list]:
         if v is None and name in fn.defaults and not _passes(s, name, idx):
             v = default  # the call leaves the parameter at its default
         values.append(v)
+    if values and _agree(values) is None:
+        return None  # this module's own sites already agree on nothing: no other module can change that
     exported = not fn.is_module_level and fn.parent is None and bool(mm.module_name)
     if exported:
         qual = f"{mm.module_name}.{fn.qualname}"
         guess = catalog.role_from_name(name) if mm.is_torch_code else None
         ext = mm.project.param_sites(qual, idx, name, guess)
-        if ext == "?":
-            return None
         if ext is not None:
             values.append(ext)
         elif values and mm.project.is_called(qual):
-            # other modules call it and pass nothing known, or nothing but what its name says
+            # other modules call it and agree on nothing, or on nothing but what its name says
             return None
     if not values and default is not None and not (exported and mm.project.is_called(qual)):
         values = [default]  # never called with it in the linted code: its default
