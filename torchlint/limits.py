@@ -28,16 +28,21 @@ _STRING = (
     r'|"[^"\\\n]*(?:\\.[^"\\\n]*)*"'
     r"|'[^'\\\n]*(?:\\.[^'\\\n]*)*'"
 )
+_KEYWORD = r"(?:and|or|not|if|else|lambda|await|in|is)(?!\w)"
 # One alternative per kind of token the estimate counts; the group that matched says which.
+# Each match first passes over blanks and names other than those keywords (possessively:
+# what it passed is never a token), so the scan does not try the alternatives at every
+# character of every name; the alternatives are mutually exclusive but for the ``skip``
+# forms of ``.`` (``...``, ``.5``), which come before the operator ``.``.
 _TOKEN = re.compile(
-    r"(?=[^\w \t]|\d)(?:"  # (a first-character test: identifiers and blanks are passed over fast)
-    r"(?P<skip>#[^\n]*|\\\r?\n|\.\.\.|\b\d[\w.]*|\.\d\w*)"  # comments, continuations, `...`, numbers
-    r"|(?P<str>" + _STRING + r")"
+    r"(?:[ \t]+|(?!" + _KEYWORD + r")[^\W\d]\w*)*+"
+    r"(?:(?P<nl>\r?\n[ \t\f]*)"
     r"|(?P<open>[(\[{])|(?P<close>[)\]}])"
-    r"|(?P<nl>\r?\n[ \t\f]*)"
     r"|(?P<sep>[,;]|(?<![=<>!:+\-*/%&|^@])=(?!=))"
-    r"|(?P<op>\*\*|//|<<|>>|[=!<>]=|->|:=|[-+*/%@&|^~<>.]))"
-    r"|(?P<kw>(?<!\w)(?:and|or|not|if|else|lambda|await|in|is)(?!\w))",
+    r"|(?P<skip>#[^\n]*|\\\r?\n|\.\.\.|\b\d[\w.]*|\.\d\w*)"  # comments, continuations, `...`, numbers
+    r"|(?P<op>\*\*|//|<<|>>|[=!<>]=|->|:=|[-+*/%@&|^~<>.])"
+    r"|(?P<str>" + _STRING + r")"
+    r"|(?P<kw>(?<!\w)" + _KEYWORD + r"))",
     re.S,
 )
 
@@ -67,37 +72,8 @@ def _deepest(text: str) -> Optional[tuple]:
     need = 0  # base + 2 per open bracket + sum(runs)
     prev_str = False
     for m in _TOKEN.finditer(text):
-        kind = m.lastgroup
-        if kind == "op" or kind == "kw":
-            runs[-1] += 1
-            need += 1
-            prev_str = False
-            if need > MAX_DEPTH:
-                return need, _line_of(text, m.start())
-        elif kind == "str":
-            if prev_str:
-                runs[-1] += 1
-                need += 1
-            prev_str = True
-        elif kind == "open":
-            at = m.start()
-            if at and (text[at - 1].isalnum() or text[at - 1] in "_)]}'\""):  # a call or a subscript
-                runs[-1] += 1  # is a link of a chain: ``a.b().b()``
-                need += 1
-            runs.append(0)
-            need += 2
-            prev_str = False
-            if need > MAX_DEPTH:
-                return need, _line_of(text, m.start())
-        elif kind == "close":
-            if len(runs) > 1:
-                need -= 2 + runs.pop()
-            prev_str = False
-        elif kind == "sep":
-            need -= runs[-1]
-            runs[-1] = 0
-            prev_str = False
-        elif kind == "nl":
+        kind = m.lastgroup  # (the branches in the order of how often they come)
+        if kind == "nl":
             prev_str = False
             if len(runs) > 1:
                 continue  # inside brackets: not the end of the statement
@@ -106,13 +82,42 @@ def _deepest(text: str) -> Optional[tuple]:
             rest = text[m.end():m.end() + 1]
             if rest in ("", "\n", "\r", "#"):
                 continue  # a blank or comment line does not indent
-            width = len(m.group().lstrip("\r\n").expandtabs(8))
+            width = len(m.group(kind).lstrip("\r\n").expandtabs(8))
             while width < indents[-1]:
                 indents.pop()
             if width > indents[-1]:
                 indents.append(width)
             need += 2 * (len(indents) - 1) - base
             base = 2 * (len(indents) - 1)
+        elif kind == "sep":
+            need -= runs[-1]
+            runs[-1] = 0
+            prev_str = False
+        elif kind == "open":
+            at = m.start(kind)
+            if at and (text[at - 1].isalnum() or text[at - 1] in "_)]}'\""):  # a call or a subscript
+                runs[-1] += 1  # is a link of a chain: ``a.b().b()``
+                need += 1
+            runs.append(0)
+            need += 2
+            prev_str = False
+            if need > MAX_DEPTH:
+                return need, _line_of(text, at)
+        elif kind == "close":
+            if len(runs) > 1:
+                need -= 2 + runs.pop()
+            prev_str = False
+        elif kind == "op" or kind == "kw":
+            runs[-1] += 1
+            need += 1
+            prev_str = False
+            if need > MAX_DEPTH:
+                return need, _line_of(text, m.start(kind))
+        elif kind == "str":
+            if prev_str:
+                runs[-1] += 1
+                need += 1
+            prev_str = True
         else:
             prev_str = False
     return None
