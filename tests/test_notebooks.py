@@ -51,6 +51,13 @@ FORMS = [
     ("%timeit -n 3 f(x)\n%time x = 3\n%prun -s cumulative train()\nprint(x)", "pass\nx = 3\npass\nprint(x)"),
     ("%load_ext autoreload\n%autoreload 2\n%matplotlib inline\n%cd ..", "pass\npass\npass\npass"),
     ("/print 1 2\n,f a b\n;f a b", "pass\npass\npass"),
+    # automagic: a line magic without its % (on by default in IPython) when the line is not Python
+    ("pip install -q diffusers \\\n    accelerate\nconda install -y ffmpeg\ncd ..\nimport torch",
+     "pass\n\npass\npass\nimport torch"),
+    ("for i in range(2):\n    time train(i)\nload_ext tensorboard", "for i in range(2):\n    train(i)\npass"),
+    # ... and Python when it parses: a name that happens to be a magic's
+    ("pip = 3\nls -la\ncd /content\ntime.sleep(1)\nrun (a,\n     b)\ncd = {'a': 1}",
+     "pip = 3\nls -la\ncd /content\ntime.sleep(1)\nrun (a,\n     b)\ncd = {'a': 1}"),
     # not at the start of a logical line: Python, left alone
     ("s = '''\n!not a command\n%notmagic\n'''\nprint(s)", "s = '''\n!not a command\n%notmagic\n'''\nprint(s)"),
     ("total = (a\n         / b)\nrest = a \\\n    % b\nw = 5 % 3", "total = (a\n         / b)\nrest = a \\\n    % b\nw = 5 % 3"),

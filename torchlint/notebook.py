@@ -11,7 +11,11 @@ line (a cell keeps its number of lines, so positions map back):
   ``!cmd``, ``%magic``, ``?obj``, ``obj?``/``obj??`` and IPython's ``/ , ;`` autocall
   escapes become ``pass`` (their ``\\``-continued lines blank); ``%time stmt``,
   ``%timeit stmt``, ``%prun stmt``, ``%memit stmt`` and ``%debug stmt`` become ``stmt``;
-  ``x = !cmd`` and ``x = %magic`` become ``x = ...``.
+  ``x = !cmd`` and ``x = %magic`` become ``x = ...``;
+* IPython's automagic: a logical line that starts with the name of a line magic without its
+  ``%`` (``pip install diffusers``, ``cd ..``, ``time train(model)``) and is not Python (it
+  does not parse on its own) is that magic, transformed as above. A line that parses
+  (``pip = 3``, ``ls -la``) is left as Python.
 
 A cell that still does not parse is reported once (TL001, at its own cell and line) and left
 out of the program, so the other cells are linted. Findings carry ``cell`` (1-based, counting
@@ -23,6 +27,7 @@ line is not offered.
 """
 from __future__ import annotations
 
+import ast
 import difflib
 import json
 import os
@@ -38,6 +43,12 @@ _ESCAPES = "!%?,;/"  # IPython's escaped commands, at the start of a logical lin
 _HELP_END = re.compile(r"%{0,2}(?!\d)[\w*]+(?:\.[\w*]+|\[[^\]]*\])*\?{1,2}$")
 _CELL_MAGIC = re.compile(r"%%\s*(\w*)")
 _LINE_MAGIC_STMT = re.compile(r"%(\w+)[ \t]+(?=\S)")
+# line magics and aliases IPython runs without their ``%`` (automagic is on by default)
+_AUTOMAGIC = re.compile(
+    r"(?:pip|conda|mamba|cd|pwd|ls|ll|env|set_env|load_ext|reload_ext|unload_ext|matplotlib|config"
+    r"|who|whos|history|mkdir|rmdir|cat|rm|cp|mv|run|load|store|autoreload|aimport|tensorboard"
+    r"|sx|sc|bookmark|pushd|popd|dhist|alias|xmode|pdb|precision|reset|pinfo|pinfo2|psearch|pycat"
+    r"|less|more|man|clear|time|timeit|prun|memit|debug)[ \t]+(?=[\w\-./~'\"$])")
 
 
 class NotebookError(Exception):
@@ -174,7 +185,18 @@ def _escaped(line: str):
         rest = code[k:].lstrip(" \t")
         if rest[:1] in ("!", "%"):
             return indent + code[:k] + " ...", None, True
+    if _AUTOMAGIC.match(code) and not _parses(code):
+        new, extra, swallows = _escaped(indent + "%" + code)
+        return new, (None if extra is None else extra - 1), swallows
     return None
+
+
+def _parses(code: str) -> bool:
+    try:
+        ast.parse(code.rstrip("\\"))
+    except (SyntaxError, ValueError):
+        return False
+    return True
 
 
 def transform_cell(lines: list):
