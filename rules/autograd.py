@@ -297,7 +297,8 @@ class DataAttribute(Rule):
         "parameters; initialisation (`m.weight.data.normal_()`, `emb.weight.data = vectors`); "
         "parameter writes after the backward (WGAN weight clipping after the step, hand-written "
         "SGD, averaged weights swapped in for evaluation) and outside training (surgery, "
-        "freezing, loading weights); and `p.grad.data` (see the option)."
+        "freezing, loading weights); `.data[\"key\"]`, an item of a mapping such as DGL's "
+        "`edges.data` (a tensor is never indexed by a string); and `p.grad.data` (see the option)."
     )
     example = """\
 class FrozenEncoderClassifier(nn.Module):

@@ -10,7 +10,7 @@ from torchlint.model.ir import (
     BACKWARD, CALL, FORWARD, GRAD_OFF, GRAD_ON, GRAD_UNKNOWN, STEP, AssignOp, CallOp, LoopOp, all_ops, walk,
 )
 from torchlint.model.queries import (
-    analysable_functions, evaluates_after_training, forward_records_no_graph, lightning_eval_hook, is_kind,
+    analysable_functions, call_runs_backward, evaluates_after_training, forward_records_no_graph, lightning_eval_hook, is_kind,
     iteration, local_function, reaches_backward, steps_or_updates, training_loop_before, trains, untrained_here,
     untrained_path_here, uses_autograd, within,
 )
@@ -472,7 +472,11 @@ class BackwardUnderNoGrad(Rule):
         "Under `torch.no_grad()` no graph is recorded, so the loss has no `grad_fn`: "
         "`backward()` raises 'element 0 of tensors does not require grad' — or, when only part "
         "of the computation ran under no_grad, silently gives zero gradients to the layers that "
-        "ran there. A `@torch.no_grad()` decorator left on a training function is the usual cause."
+        "ran there. A `@torch.no_grad()` decorator left on a training function is the usual cause.\n\n"
+        "A call under `no_grad` of a function that trains is reported, except when every backward "
+        "of that function is guarded by one of its parameters and the call passes the value that "
+        "skips it (`run_epoch(loader, cross_valid=True)` where the backward sits under "
+        "`if not cross_valid:`)."
     )
     example = """\
 @torch.no_grad()
@@ -508,7 +512,7 @@ def train_step(model, x, y, optimizer):
                                  scope=fn.qualname)
                 elif op.kind == CALL and op.grad == GRAD_OFF:
                     s = mm.summary_of(op.info)
-                    if s and s.get("backward") and s.get("grad") != GRAD_ON \
+                    if call_runs_backward(op, s) and s.get("grad") != GRAD_ON \
                             and s.get("backward_inherits_grad", True):
                         yield Report(op.node, f"`{s['name']}()` ({s['path']}:{s['line']}) runs `backward()` "
                                      "but is called inside a `no_grad`/`inference_mode` block",

@@ -209,11 +209,12 @@ _APPLICABILITY = ("safe", "unsafe")
 # the typed fields of a function summary and of a class's facts (others: any small JSON)
 _SUMMARY_TYPES = {"name": str, "qualname": str, "path": str, "line": int, "params": list, "free": list,
                   "exit_modes": dict, "return_modes": dict, "trains_in_entry": list, "evals_in_entry": list,
-                  "backward": bool, "autograd": bool,
+                  "backward": bool, "backward_if": list, "autograd": bool,
                   "backward_inherits_grad": bool, "step": bool, "clear": bool, "sched_step": bool,
                   "returns": list, "forward": bool, "moves": bool, "trains_on": list, "evaluates_on": list,
                   "grad": str}
-_CLASS_TYPES = {"is_module": bool, "bases": list, "methods": list, "mode_sensitive": bool, "forward": list}
+_CLASS_TYPES = {"is_module": bool, "bases": list, "methods": list, "mode_sensitive": bool, "forward": list,
+               "iterable_dataset": bool}
 
 
 def _nat(x) -> bool:

@@ -85,6 +85,7 @@ class Aspect(str, Enum):
     CLASS = "class"  # is it an nn.Module
     FWD = "fwd"  # what its forward returns (probabilities, log-probabilities, ...)
     MODE = "mode"  # is a module class known not to depend on train/eval mode
+    ITERABLE = "iterable"  # is a class an iterable-style dataset (a DataLoader cannot shuffle it)
     METHOD = "method"  # which method a name on an imported class resolves to
     CALLED = "called"  # is it called from another module
     NO_GRAD_CALLERS = "nograd"  # is it called from other modules, all of them under no_grad
@@ -382,13 +383,15 @@ class ProjectIndex:
             return self.modules_under(rest)
         if aspect is Aspect.RESOLVE:
             return self.resolve(rest)
-        if aspect in (Aspect.CLASS, Aspect.FWD, Aspect.MODE):
+        if aspect in (Aspect.CLASS, Aspect.FWD, Aspect.MODE, Aspect.ITERABLE):
             key = self.resolve(rest)
             facts = self.classes.get(key) or {}
             if aspect is Aspect.CLASS:  # is it an nn.Module
                 v = ["module"] if facts.get("is_module") else None
             elif aspect is Aspect.FWD:  # what its forward returns
                 v = sorted(facts.get("forward") or ()) or None
+            elif aspect is Aspect.ITERABLE:
+                v = ["iterable"] if facts.get("iterable_dataset") else None
             else:  # a module class known not to depend on the mode (unknown: it may)
                 v = ["mode-free"] if facts.get("is_module") and facts.get("mode_sensitive") is False else None
             return [key] + v if v else None  # an ordinary class answers like an unknown one

@@ -14,7 +14,7 @@ from libcst.metadata import CodePosition, CodeRange, MetadataWrapper, PositionPr
 
 from ..parse import _STRING
 from ..project import RETURN_KEEP, Aspect, ProjectIndex, ProjectView, project_answer, summary_has_effects  # noqa: F401
-from . import catalog
+from . import catalog, resources as _resources
 from .binder import Binder, ClassModel, FunctionModel, ImportTable, dotted
 from .dataflow import Dataflow
 from .flow import ENTRY, ModeFlow, summarize
@@ -953,8 +953,9 @@ class ModuleModel:
 
     def export_classes(self) -> dict:
         """Class facts for other modules: is it an ``nn.Module``, its bases (key-qualified),
-        its methods (their summaries are exported as ``key.Class.method``), and what its
-        forward returns (probabilities, log-probabilities, sigmoid outputs, raw logits)."""
+        its methods (their summaries are exported as ``key.Class.method``), what its forward
+        returns (probabilities, log-probabilities, sigmoid outputs, raw logits), and whether
+        it is an iterable-style dataset."""
         out = {}
         for cls in self.classes.values():
             bases = []
@@ -968,6 +969,8 @@ class ModuleModel:
                         bases.append(ext)
             is_module = self.class_is_module(cls)
             facts = {"is_module": is_module, "bases": bases, "methods": sorted(cls.methods)}
+            if not is_module and _resources.get(self).class_iterable(cls.qualname):
+                facts["iterable_dataset"] = True  # DataLoader(shuffle=True) would raise on it
             if is_module:
                 try:  # does it behave differently in train and eval mode (dropout, batch norm)?
                     facts["mode_sensitive"] = self.resolver.class_mode_sensitive(cls)

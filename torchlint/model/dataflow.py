@@ -137,6 +137,14 @@ def _is_index0(sub) -> bool:
     return isinstance(v, cst.Integer) and v.value == "0"
 
 
+def _is_key(sub) -> bool:
+    """``x["name"]``: one subscript element, a string: an item of a mapping (DGL's
+    ``edges.data["h"]``, a batch's ``.data["input_ids"]``), never of a tensor."""
+    if len(sub.slice) != 1 or not isinstance(sub.slice[0].slice, cst.Index):
+        return False
+    return isinstance(sub.slice[0].slice.value, (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString))
+
+
 class DataAccess:
     """``x.data`` taken from a tensor with facts ``facts``; ``write`` when it is modified;
     ``index0`` the ``x.data[0]`` subscript around it, when there is one (the pre-0.4 idiom for
@@ -252,6 +260,7 @@ class Dataflow:
         self._inplace: dict = {}
         self._data: dict = {}
         self._index0: dict = {}
+        self._keyed: set = set()  # ids of `.data` nodes subscripted by a string: a mapping
         self._cur = None
         self._loop_iters: dict = {}
 
@@ -620,6 +629,8 @@ class Dataflow:
 
     def _add_data(self, node, env, op, write=False, assign=False) -> None:
         key = id(node)
+        if key in self._keyed:
+            return  # `edges.data["h"]`: a mapping's `.data`, not a tensor's
         base = node.value
         old = self._data.get(key)
         f = self.facts(base, env)
@@ -648,9 +659,11 @@ class Dataflow:
                 continue
             if type(e) is cst.Attribute and e.attr.value == "data":
                 self._add_data(e, en, op)
-            elif type(e) is cst.Subscript and type(e.value) is cst.Attribute and e.value.attr.value == "data" \
-                    and _is_index0(e):
-                self._index0[id(e.value)] = e  # the attribute, a child, is recorded next
+            elif type(e) is cst.Subscript and type(e.value) is cst.Attribute and e.value.attr.value == "data":
+                if _is_index0(e):
+                    self._index0[id(e.value)] = e  # the attribute, a child, is recorded next
+                elif _is_key(e):
+                    self._keyed.add(id(e.value))
             if type(e) in _COMPS:
                 en = dict(en)
                 f = e.for_in
@@ -678,7 +691,8 @@ class Dataflow:
             r = op.recv_node
             if isinstance(r, cst.Attribute) and r.attr.value == "data":
                 self._add_data(r, env, op, write=True)
-            elif isinstance(r, cst.Subscript) and isinstance(r.value, cst.Attribute) and r.value.attr.value == "data":
+            elif isinstance(r, cst.Subscript) and isinstance(r.value, cst.Attribute) and r.value.attr.value == "data" \
+                    and not _is_key(r):
                 self._add_data(r.value, env, op, write=True)
             else:
                 f = op.recv_facts
@@ -710,7 +724,7 @@ class Dataflow:
             return
         if isinstance(t, cst.Subscript):
             base = t.value
-            if isinstance(base, cst.Attribute) and base.attr.value == "data":
+            if isinstance(base, cst.Attribute) and base.attr.value == "data" and not _is_key(t):
                 self._add_data(base, env, op, write=True)
                 return
             for el in t.slice:

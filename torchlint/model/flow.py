@@ -484,6 +484,8 @@ def summarize(mm, fn) -> dict:
         "trains_in_entry": sorted(trains_in_entry),
         "evals_in_entry": sorted(evals_in_entry),
         "backward": trains or any(s.get("backward") for s in sub),
+        # [parameter, truth]: every backward runs only when that parameter has that truth value
+        "backward_if": _backward_condition(fn, calls, sub),
         # it computes gradients with ``torch.autograd.grad`` (attacks, meta-learning inner loops)
         "autograd": bool(function_events(fn, (AUTOGRAD_GRAD,))) or any(s.get("autograd") for s in sub),
         # a backward that runs in whatever grad mode the caller set (not under enable_grad)
@@ -503,6 +505,37 @@ def summarize(mm, fn) -> dict:
         # loader parameters it iterates in a training loop / only in evaluation loops (TL701)
         **dict(zip(("trains_on", "evaluates_on"), _loader_params(mm, fn))),
     }
+
+
+def _backward_condition(fn, calls, sub) -> Optional[list]:
+    """``[parameter, truth]`` when every backward the function runs (its own and its
+    callees') is guarded by a test of the same parameter (``if not cross_valid:
+    loss.backward()``): a call that passes the other truth value as a literal
+    (``run_epoch(loader, cross_valid=True)``) runs no backward."""
+    params = {p.lstrip("*") for p in fn.params}
+    sites = list(function_events(fn, (BACKWARD,))) + [op for op, s in zip(calls, sub) if s.get("backward")]
+    found = set()
+    for op in sites:
+        cond = None
+        for br, arm in op.guards:
+            t = _param_truth(br.test, params) if isinstance(br.node, cst.If) else None
+            if t is not None:
+                cond = (t[0], t[1] if arm == 0 else not t[1])
+                break
+        if cond is None:
+            return None
+        found.add(cond)
+    return list(found.pop()) if len(found) == 1 else None
+
+
+def _param_truth(test, params):
+    """``p`` -> (p, True), ``not p`` -> (p, False) for a parameter ``p``; else None."""
+    if isinstance(test, cst.Name) and test.value in params:
+        return test.value, True
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not) \
+            and isinstance(test.expression, cst.Name) and test.expression.value in params:
+        return test.expression.value, False
+    return None
 
 
 def _graph_built_under_enable_grad(fn, op) -> bool:

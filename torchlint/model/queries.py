@@ -562,6 +562,37 @@ def reaches_backward(mm, fn, op, node, in_order: bool = False) -> bool:
     return False
 
 
+def call_runs_backward(op: CallOp, summ: Optional[dict]) -> bool:
+    """Whether the call ``op`` of a function summarised by ``summ`` may run a backward: not
+    when every backward of the callee is guarded by a parameter (``backward_if``) that the
+    call passes as a literal of the other truth value (``run_epoch(cross_valid=True)`` of a
+    ``def run_epoch(loader, cross_valid=False)`` whose backward is under ``if not cross_valid``)."""
+    if not summ or not summ.get("backward"):
+        return False
+    cond = summ.get("backward_if")
+    if not cond:
+        return True
+    name, truth = cond
+    params = list(summ.get("params", ()))
+    if params and params[0] in ("self", "cls") and (op.func or "").startswith(("self.", "cls.")):
+        params = params[1:]
+    arg = next((a for a in op.args if a.keyword is not None and a.keyword.value == name), None)
+    if arg is None and name in params:
+        positional = [a for a in op.args if a.keyword is None and a.star != "**"]
+        i = params.index(name)
+        if any(a.star for a in positional[:i + 1]):
+            return True
+        arg = positional[i] if i < len(positional) else None
+    if arg is None:
+        return True  # the default applies (or ``**kwargs`` may pass it): unknown here
+    v = arg.value
+    if isinstance(v, cst.Name) and v.value in ("True", "False", "None"):
+        return (v.value == "True") == truth
+    if isinstance(v, cst.Integer):
+        return (v.value.strip("0_") != "") == truth
+    return True
+
+
 def is_scalar_tensor(mm, fn, expr, facts, depth: int = 0) -> bool:
     """Evidence that ``expr`` is a 0-dim tensor: a loss or a Python-number fact, a reduction
     without ``dim`` (``x.mean()``, ``x.sum()``), an element-wise op of a scalar

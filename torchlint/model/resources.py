@@ -709,7 +709,7 @@ class Resources:
             if not isinstance(v, cst.Call):
                 continue
             name = dotted(v.func) or ""
-            if self._class_iterable(name):
+            if self.class_iterable(name):
                 return True
             last = name.rsplit(".", 1)[-1]
             if "Iterable" in last or "Stream" in last or "WebDataset" in last or "DataPipe" in last \
@@ -725,17 +725,22 @@ class Resources:
                     return True
         return False
 
-    def _class_iterable(self, name: str, depth: int = 0) -> bool:
+    def class_iterable(self, name: str, depth: int = 0) -> bool:
+        """Whether the class ``name`` is an iterable-style dataset: an ``IterableDataset``
+        (through bases here or in other tree modules), or a class with ``__iter__`` and no
+        ``__getitem__``."""
         if not name or depth > 5:
             return False
         cls = self.mm.find_class(name)
         if cls is None:
             q = self.mm.qualify(name)
-            return q in ITERABLE_DATASET_BASES
+            if q in ITERABLE_DATASET_BASES:
+                return True
+            return bool((self.mm.external_class(name, "iterable") or {}).get("iterable_dataset"))
         for b, raw in zip(cls.bases, cls.raw_bases):
             if b in ITERABLE_DATASET_BASES or raw in ITERABLE_DATASET_BASES:
                 return True
-            if self._class_iterable(raw, depth + 1):
+            if self.class_iterable(raw, depth + 1):
                 return True
         if "__iter__" in cls.methods and "__getitem__" not in cls.methods:
             return True
