@@ -313,6 +313,10 @@ def _judge_facts(f, path: str, lines: list, jr, timeout: float, src: Source) -> 
         if code == "TL104" and not anti:
             return _dynamic("not-reached", head + f"line {line} ran, but no optimizer of these parameters was "
                                                   f"seen, so the run cannot tell whether one should step")
+        if code == "TL601" and not state.get("loader_batches") and jr.status in CONCLUSIVE:
+            return _dynamic("not-reached", head + f"line {line} ran, but no DataLoader batch was seen: the probe "
+                                                  f"follows the tensors of a loader's batches only (full-batch "
+                                                  f"data built in the program is not followed)")
         if code == "TL301" and (state.get("backwards") or 0) <= k and jr.status in CONCLUSIVE:
             return _dynamic("not-reached", head + f"line {line} ran, but no backward() ran after it")
         if code in NEEDS_ANTI and not anti and jr.status in CONCLUSIVE:

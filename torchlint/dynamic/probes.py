@@ -177,6 +177,7 @@ class Probes(TorchFunctionMode):
     def reset(self):
         self.opts: dict = {}
         self.backwards = 0
+        self.loader_batches = 0  # DataLoader batches tagged for TL601 (the only tensors it follows)
         self.forwards = 0
         self.opt_steps = 0
         self.depth = 0
@@ -1057,6 +1058,7 @@ class Probes(TorchFunctionMode):
     def tag_batch(self, batch):
         if "TL601" not in self.codes:
             return
+        self.loader_batches += 1
         for t in _tensors(batch):
             r = self.moved.get(id(t))
             if r is not None and r() is t:
@@ -1867,7 +1869,7 @@ class Probes(TorchFunctionMode):
             opts.append({"name": st.name, "steps": st.steps, "bw": st.bw_count, "first_bw": st.first_bw_site,
                          "step_site": st.step_site})
         self.emit("state", final=final, status=status, backwards=self.backwards, opt_steps=self.opt_steps,
-                  forwards=self.forwards, opts=opts,
+                  forwards=self.forwards, opts=opts, loader_batches=self.loader_batches,
                   cuda_mem=self.cuda_mem[-8:] if self.cuda_mem else None)
 
     def finish(self, status):
