@@ -46,7 +46,8 @@ Manifest mode (the benchmark of ``benchmarks/realworld/``, see docs/evaluation.m
 * ``--check-split`` recomputes the held-out rule of each batch of repositories (``batch``, 1
   when absent: a batch added later has its own split, so the earlier parts never change) and
   fails if a ``part`` disagrees. A batch's rule is the one its header line declares
-  (``batch<N>_heldout_rule``): the sha1 order (the default) or "every repository held-out".
+  (``batch<N>_heldout_rule``): the sha1 order (the default), "every repository held-out", or
+  "tuned afterwards" (a held-out batch scored once, then tuned on: every repository tuned).
   ``--batch N`` scores only batch N.
 """
 from __future__ import annotations
@@ -203,10 +204,12 @@ def load_manifest(path: str) -> list:
 
 def batch_rules(data: dict, path: str) -> dict:
     """The held-out rule each batch declares in the manifest's header: ``heldout_rule`` for
-    batch 1, ``batch<N>_heldout_rule`` for batch N. Two rules are known: the sha1 rule (the text
-    names ``sha1``: sha1(repo) ascending, the first ceil(n/4) held out) and "every repository
-    held-out" (a batch chosen and pinned as a held-out part before any lint). A batch that
-    declares none gets the sha1 rule; a rule text that is neither is an error."""
+    batch 1, ``batch<N>_heldout_rule`` for batch N. Three rules are known: the sha1 rule (the text
+    names ``sha1``: sha1(repo) ascending, the first ceil(n/4) held out), "every repository
+    held-out" (a batch chosen and pinned as a held-out part before any lint), and "tuned
+    afterwards" (a held-out batch that was scored once and then used for tuning: every repository
+    tuned; the text keeps the scores it had as a held-out part). A batch that declares none gets
+    the sha1 rule; a rule text that is none of these is an error."""
     import re
 
     rules = {}
@@ -217,13 +220,15 @@ def batch_rules(data: dict, path: str) -> dict:
         batch = int(m.group(1) or 1)
         if not isinstance(text, str):
             raise ValueError(f"{path}: `{key}` must be a string")
-        if "every repository held-out" in text:
+        if "tuned afterwards" in text:
+            rules[batch] = "none"
+        elif "every repository held-out" in text:
             rules[batch] = "all"
         elif "sha1" in text:
             rules[batch] = "sha1"
         else:
             raise ValueError(f"{path}: `{key}`: unknown held-out rule {text!r} (it must name the sha1 "
-                             "rule or say \"every repository held-out\")")
+                             "rule or say \"every repository held-out\" or \"tuned afterwards\")")
     return rules
 
 
@@ -237,7 +242,7 @@ def heldout_by_rule(repos) -> set:
 
 def heldout_by_batches(entries) -> set:
     """The held-out repositories of the whole manifest: each batch's rule (``split``: "sha1",
-    the default, or "all", see `batch_rules`) applied to that batch on its own (``batch``, 1 when
+    the default, "all" or "none", see `batch_rules`) applied to that batch on its own (``batch``, 1 when
     absent), so adding a batch never moves an earlier batch's repository from one part to the
     other."""
     batches, split = {}, {}
@@ -245,8 +250,8 @@ def heldout_by_batches(entries) -> set:
         b = e.get("batch", 1)
         batches.setdefault(b, []).append(e["repo"])
         split[b] = e.get("split", "sha1")
-    return set().union(*(set(repos) if split[b] == "all" else heldout_by_rule(repos)
-                         for b, repos in batches.items()))
+    return set().union(*(set(repos) if split[b] == "all" else set() if split[b] == "none"
+                         else heldout_by_rule(repos) for b, repos in batches.items()))
 
 
 def load_labels(path: str) -> list:
@@ -386,8 +391,8 @@ def main_manifest(args) -> int:
         for b in sorted({e["batch"] for e in entries}):
             repos = [e["repo"] for e in entries if e["batch"] == b]
             held = sorted(r for r in repos if r in rule)
-            how = "every repository held out" if any(e["split"] == "all" for e in entries if e["batch"] == b) \
-                else "sha1 rule"
+            split = next(e["split"] for e in entries if e["batch"] == b)
+            how = {"all": "every repository held out", "none": "held-out once, tuned afterwards"}.get(split, "sha1 rule")
             print(f"batch {b} ({how}): {len(repos)} repositories, {len(held)} held out: " + ", ".join(held))
         return 1 if wrong else 0
     if args.part != "all":

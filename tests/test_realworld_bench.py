@@ -20,11 +20,20 @@ def test_manifest_is_pinned_diverse_and_split_by_its_rule():
     assert {e["repo"] for e in entries if e["part"] == "heldout"} == held
     for b in {e["batch"] for e in entries}:
         batch = [e["repo"] for e in entries if e["batch"] == b]
-        n_held = len(batch) if b == 3 else (len(batch) + 3) // 4
+        n_held = {3: 0, 4: len(batch)}.get(b, (len(batch) + 3) // 4)
         assert len(held & set(batch)) == n_held
-    # batch 3 declares every repository held-out (chosen and pinned before any lint)
-    assert {e["split"] for e in entries if e["batch"] == 3} == {"all"}
-    assert {e["split"] for e in entries if e["batch"] != 3} == {"sha1"}
+    # batch 3 was held out whole, scored once, then tuned on: its rule says so and keeps its score
+    assert {e["split"] for e in entries if e["batch"] == 3} == {"none"}
+    try:
+        import tomllib
+    except ImportError:  # Python < 3.11
+        import tomli as tomllib
+    with open(rw.MANIFEST, "rb") as fh:
+        header = tomllib.load(fh)
+    assert "be19ac1" in header["batch3_heldout_rule"] and "0.70" in header["batch3_heldout_rule"]
+    # batch 4 declares every repository held-out (chosen and pinned before any lint)
+    assert {e["split"] for e in entries if e["batch"] == 4} == {"all"}
+    assert {e["split"] for e in entries if e["batch"] < 3} == {"sha1"}
     # batch 1 keeps the split it had before batch 2 was added
     first = [e["repo"] for e in entries if e["batch"] == 1]
     assert len(first) == 45 and rw.heldout_by_rule(first) == held & set(first)
@@ -84,6 +93,42 @@ def test_a_batch_declared_all_heldout_needs_every_repository_heldout(tmp_path, c
     bad = 'batch2_heldout_rule = "batch 2: whatever we like"\n'
     assert rw.main(["--check-split", "--manifest", manifest(bad, all_held)]) == 2
     assert "unknown held-out rule" in capsys.readouterr().err
+
+
+def test_a_batch_tuned_after_its_held_out_score_is_all_tuned(tmp_path, capsys):
+    """A batch held out whole, scored once and then used for tuning declares "tuned afterwards":
+    --check-split then wants every one of its repositories tuned, and a repository still marked
+    held-out (a stale part) disagrees, while the other batches keep their own rules."""
+    header = ('batch2_heldout_rule = "batch 2: scored once as held-out at abc1234 (precision 0.70), '
+              'tuned afterwards"\nbatch3_heldout_rule = "batch 3: every repository held-out; chosen and '
+              'pinned before any lint"\n')
+    old = ["acme/a", "acme/b", "acme/c", "acme/d", "acme/e"]
+    held_old = rw.heldout_by_rule(old)
+
+    def manifest(parts2):
+        body = header + "".join(
+            f'[[repo]]\nrepo = "{r}"\ncommit = "{"0" * 40}"\npart = "{"heldout" if r in held_old else "tuned"}"\n\n'
+            for r in old)
+        body += "".join(f'[[repo]]\nrepo = "{r}"\ncommit = "{"1" * 40}"\nbatch = 2\npart = "{p}"\n\n'
+                        for r, p in parts2.items())
+        body += "".join(f'[[repo]]\nrepo = "{r}"\ncommit = "{"2" * 40}"\nbatch = 3\npart = "heldout"\n\n'
+                        for r in ("omega/x", "omega/y"))
+        m = tmp_path / "manifest.toml"
+        m.write_text(body)
+        return str(m)
+
+    tuned = {"zeta/p": "tuned", "zeta/q": "tuned", "zeta/r": "tuned"}
+    assert rw.main(["--check-split", "--manifest", manifest(tuned)]) == 0
+    out = capsys.readouterr().out
+    assert "batch 2 (held-out once, tuned afterwards): 3 repositories, 0 held out" in out
+    assert "batch 3 (every repository held out): 2 repositories, 2 held out" in out
+    assert f"batch 1 (sha1 rule): 5 repositories, {len(held_old)} held out" in out
+    entries = rw.load_manifest(manifest(tuned))
+    assert rw.heldout_by_batches(entries) == held_old | {"omega/x", "omega/y"}
+    # a repository of the tuned-afterwards batch still marked held-out disagrees with its rule
+    stale = dict(tuned, **{"zeta/q": "heldout"})
+    assert rw.main(["--check-split", "--manifest", manifest(stale)]) == 1
+    assert "zeta/q: `part` disagrees with the held-out rule" in capsys.readouterr().err
 
 
 def _f(path, line, code, cell=None, repo="o/r"):
