@@ -159,7 +159,7 @@ def evaluate(model, loader):
                         continue  # from_pretrained() returned it in eval mode
                     modes = frozenset(mo for mo in modes if not _loaded(mo[1]))
                     train = _sorted(mm, [o for m, o in modes if m == "train" and not _chosen(o)])
-                    if (train or any(m == ENTRY for m, _ in modes)) and not mm.resolver.mode_sensitive(fn, t):
+                    if (train or any(m == ENTRY for m, _ in modes)) and not mm.resolver.mode_sensitive(fn, t, op.node):
                         continue  # no dropout/batch norm: train and eval mode compute the same
                     if train and id(op.node) not in reported:
                         seen.add(t)

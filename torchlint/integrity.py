@@ -202,7 +202,7 @@ _HEX64 = re.compile(r"[0-9a-f]{64}\Z")
 _CODE = re.compile(r"[A-Z]{1,8}[0-9]{1,6}\Z")
 _MAXINT = 1 << 62
 _SEVERITIES = ("error", "warning")
-_MODES = ("train", "eval")
+_MODES = ("train", "eval", "loaded")
 _FINDING_KEYS = frozenset(("code", "name", "message", "path", "span", "severity", "fix", "related", "dynamic",
                            "cell", "fingerprint", "scope"))
 _APPLICABILITY = ("safe", "unsafe")
@@ -214,7 +214,7 @@ _SUMMARY_TYPES = {"name": str, "qualname": str, "path": str, "line": int, "param
                   "returns": list, "forward": bool, "moves": bool, "trains_on": list, "evaluates_on": list,
                   "grad": str}
 _CLASS_TYPES = {"is_module": bool, "bases": list, "methods": list, "mode_sensitive": bool, "forward": list,
-               "iterable_dataset": bool}
+                "iterable_dataset": bool, "plain": bool, "mode_free_if": dict}
 
 
 def _nat(x) -> bool:

@@ -393,7 +393,13 @@ class ProjectIndex:
             elif aspect is Aspect.ITERABLE:
                 v = ["iterable"] if facts.get("iterable_dataset") else None
             else:  # a module class known not to depend on the mode (unknown: it may)
-                v = ["mode-free"] if facts.get("is_module") and facts.get("mode_sensitive") is False else None
+                v = None
+                if facts.get("is_module") and facts.get("mode_sensitive") is False:
+                    v = ["mode-free"]
+                elif facts.get("is_module") and facts.get("mode_free_if"):  # unless built with dropout 0
+                    v = ["mode-free-if", json.dumps(facts["mode_free_if"], sort_keys=True)]
+                elif facts.get("is_module") is False and facts.get("plain"):  # not a module at all
+                    v = ["plain"]
             return [key] + v if v else None  # an ordinary class answers like an unknown one
         if aspect is Aspect.METHOD:
             cls_q, _, name = rest.rpartition(".")

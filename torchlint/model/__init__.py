@@ -242,6 +242,7 @@ class ModuleModel:
         self.binder = Binder(module, self.imports)
         self.binder.bind()
         self.classes = self.binder.classes
+        self.redefined = self.binder.redefined
         self.functions = self.binder.functions
         self.all_functions = self.binder.all_functions
         self.module_function = self.binder.module_function
@@ -321,6 +322,25 @@ class ModuleModel:
         if q is None:
             return None
         return self.project.class_facts(q, Aspect(aspect))
+
+    def _plain_class(self, cls: ClassModel, depth: int = 0) -> bool:
+        """A class of the tree whose bases are all plain classes of the tree (or none, or
+        ``object``): an attribute holding one is not a submodule, so ``train()``/``eval()`` of
+        the module holding it do not reach it."""
+        if depth > 8:
+            return False
+        for raw in cls.raw_bases:
+            if raw == "object":
+                continue
+            local = self.find_class(raw)
+            if local is not None and local is not cls:
+                if not self._plain_class(local, depth + 1):
+                    return False
+                continue
+            ext = self.external_class(raw, "mode")
+            if not (ext and ext.get("is_module") is False and ext.get("plain")):
+                return False
+        return True
 
     def class_is_module(self, cls: ClassModel) -> bool:
         r = self._class_is_module.get(cls.qualname)
@@ -974,8 +994,14 @@ class ModuleModel:
             if is_module:
                 try:  # does it behave differently in train and eval mode (dropout, batch norm)?
                     facts["mode_sensitive"] = self.resolver.class_mode_sensitive(cls)
+                    free_if = self.resolver.class_mode_free_if(cls) if facts["mode_sensitive"] else None
+                    if free_if:  # unless its constructor's dropout rates are given as 0
+                        facts["mode_free_if"] = free_if
                 except RecursionError:
                     facts["mode_sensitive"] = True
+                    facts.pop("mode_free_if", None)
+            elif self._plain_class(cls):
+                facts["plain"] = True  # no nn.Module in its bases: holds no train/eval mode
             if is_module:
                 try:
                     facts["forward"] = sorted(self.class_forward_facts(cls))

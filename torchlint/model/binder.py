@@ -175,6 +175,7 @@ class Binder:
         self.module = module
         self.imports = imports
         self.classes: dict[str, ClassModel] = {}
+        self.redefined: dict[str, list] = {}  # qualname -> every definition of a class defined twice
         self.functions: dict[str, FunctionModel] = {}
         self.module_function = FunctionModel("<module>", "<module>", module, None, [], {}, {}, [])
         self.all_functions: list[FunctionModel] = [self.module_function]
@@ -424,6 +425,8 @@ class Binder:
         outer_cls = self._cls
         qual = node.name.value if outer_cls is None else f"{outer_cls.qualname}.{node.name.value}"
         cls = ClassModel(node.name.value, qual, node, bases, raw)
+        if qual in self.classes:  # defined again (a later notebook cell): every definition, in order
+            self.redefined.setdefault(qual, [self.classes[qual]]).append(cls)
         self.classes[qual] = cls
         saved = (self._cls, self._fn_is_class_body)
         self._cls, self._fn_is_class_body = cls, True

@@ -28,6 +28,7 @@ from .ir import (
 )
 
 ENTRY = "entry"
+LOADED = "loaded"  # a ``return_modes`` entry: the helper returns a ``from_pretrained()`` model
 CHOSEN = "chosen"  # marks a mode picked by a condition (if training: train() else: eval())
 State = dict  # path -> frozenset[(mode, ModeOrigin)]
 
@@ -135,7 +136,13 @@ class ModeFlow:
                     elems = _unpacked(op.targets)
                     for key, entry in returned.items():
                         d = elems.get(key)
-                        if d:
+                        if d and entry[0] == LOADED:
+                            # the helper returns ``X.from_pretrained(...)``: in eval mode
+                            _, name, path, line = entry
+                            st[norm_path(d)] = frozenset({(ENTRY, ModeOrigin(
+                                f"`{name}()` (it returns a `from_pretrained()` model, in eval mode)",
+                                path=path, line=line, loaded=True))})
+                        elif d:
                             st[norm_path(d)] = frozenset({(entry[0], ModeOrigin.of_exit(entry))})
                     return st
                 chained = _chained_mode(op.value)
@@ -347,11 +354,15 @@ def _return_modes(mm, fn, flow, where) -> dict:
             m = None
             d = dotted(e)
             if d:
-                ms = {mo for mo, _ in flow.modes(st, d)}
+                got_modes = flow.modes(st, d)
+                ms = {mo for mo, _ in got_modes}
                 if len(ms) == 1 and ENTRY not in ms:
                     m = ms.pop()
+                elif got_modes and all(o is not None and o.loaded for _, o in got_modes):
+                    m = LOADED
             elif isinstance(e, cst.Call):
-                m = _chained_mode(e) or ("train" if _freshly_built(mm, e) else None)
+                m = _chained_mode(e) or ("train" if _freshly_built(mm, e) else None) or (
+                    LOADED if _from_pretrained(e) else None)
             if m:
                 got[key] = m
         per = got if per is None else {k: m for k, m in per.items() if got.get(k) == m}

@@ -202,6 +202,9 @@ class RoleResolver:
         if site is not None:
             return site
         guess = catalog.role_from_name(name)
+        if guess == catalog.MODEL and isinstance(fn.defaults.get(name), (
+                cst.SimpleString, cst.ConcatenatedString, cst.FormattedString, cst.Integer, cst.Float)):
+            return (None, None)  # ``model="net-lin"``: the name of a variant, not a module
         return (guess, None) if guess else (None, None)
 
     def local_roles(self, fn) -> dict:
@@ -431,15 +434,16 @@ class RoleResolver:
                 out.setdefault(path, self.mm.module_function)
         return out
 
-    def mode_sensitive(self, fn, path: Optional[str]) -> bool:
-        """Whether the model at ``path`` may behave differently in train and eval mode."""
+    def mode_sensitive(self, fn, path: Optional[str], at=None) -> bool:
+        """Whether the model at ``path`` may behave differently in train and eval mode (``at``:
+        the node where it runs, for a class defined twice: the construction above it counts)."""
         if not path:
             return True
         ms = getattr(self, "_ms", None)
         if ms is None:
             ms = self._ms = ModeSensitivity(self)
         try:
-            return ms.of_path(fn, _strip_module(path))
+            return ms.of_path(fn, _strip_module(path), at)
         except RecursionError:
             return True
 
@@ -448,6 +452,12 @@ class RoleResolver:
         if ms is None:
             ms = self._ms = ModeSensitivity(self)
         return ms.of_class(cls)
+
+    def class_mode_free_if(self, cls) -> Optional[dict]:
+        ms = getattr(self, "_ms", None)
+        if ms is None:
+            ms = self._ms = ModeSensitivity(self)
+        return ms.free_if(cls)
 
     def frozen(self, fn, path: Optional[str]) -> Optional[str]:
         """Why the model at ``path`` is not trained here, or ``None`` if it may be.
@@ -624,92 +634,150 @@ class ModeSensitivity:
     ``False`` only when every layer is known and none depends on the mode (a stack of
     Linear/Conv/LSTM-without-dropout layers): then a missing ``eval()``/``train()`` changes
     nothing.  Anything unknown (a model passed in, a library factory) counts as sensitive.
+
+    A class's answer is what it *needs* (:meth:`needs`) to be free of the mode: ``None`` when
+    nothing can make it so, else the constructor arguments that must be 0 (``"drop_rate"``, or
+    ``"cfg[drop_rate]"`` for a key of a config dict handed in): a dropout rate that reaches
+    ``nn.Dropout`` through parameters, nested constructors and config dicts, in this module or
+    (through the class facts ``mode_free_if``) in another one.  A construction is then free of
+    the mode when its arguments provably meet those conditions (literals, or a config dict whose
+    every assignment and ``update()`` in its scope sets the key to 0).
     """
 
     def __init__(self, resolver: "RoleResolver"):
         self.r = resolver
         self.mm = resolver.mm
-        self._cls: dict = {}
+        self._needs: dict = {}
 
-    def of_path(self, fn, path: str) -> bool:
+    def of_path(self, fn, path: str, at=None) -> bool:
         role, info = self.r.of_path(fn, path)
+        d = self.r.definition(fn, path)
         if role == catalog.MODEL and isinstance(info, str):
             cls = self.mm.classes.get(info)
             if cls is not None:
-                if not self.of_class(cls):
-                    return False
-                d = self.r.definition(fn, path)
+                if at is not None and self.mm.redefined.get(cls.qualname):
+                    d = self._last_binding_before(fn, path, at) or d
                 call = d[1] if d is not None else None
                 while isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) \
                         and call.func.attr.value in _PASSTHROUGH_METHODS:
                     call = call.func.value
-                if isinstance(call, cst.Call) and self.mm.find_class(dotted(call.func) or "") is cls:
-                    return self.of_class(cls, self._zeros(cls, call))  # built with dropout 0.0
+                built = isinstance(call, cst.Call) and self.mm.find_class(dotted(call.func) or "") is cls
+                cls = self._in_effect(cls, call if built else None)
+                need = self.needs(cls)
+                if need == _NOTHING:
+                    return False
+                if need is not None and built:
+                    return self._bind(need, self._signature(cls), call,
+                                      lambda e, k: self._site_cond(d[0], e, k)) is None  # built with dropout 0.0
                 return True
-        d = self.r.definition(fn, path)
         if d is None:
-            return True
+            return self._returned_by_helper(fn, path)
         return self.of_expr(d[0], d[1], 0)
 
     def of_class(self, cls, zeros: frozenset = frozenset()) -> bool:
-        """``zeros``: the constructor's parameters that this construction sets to 0 (a dropout
-        rate given as ``0.0``: ``nn.Dropout(dropout)`` then drops nothing)."""
-        key = (cls.qualname, zeros)
-        if key in self._cls:
-            return self._cls[key]
-        self._cls[key] = True  # recursion guard: assume sensitive
-        self._cls[key] = res = self._class(cls, zeros)
+        """``zeros``: the conditions of :meth:`needs` that a construction meets."""
+        need = self.needs(cls)
+        return need is None or not need <= zeros
+
+    def needs(self, cls) -> Optional[frozenset]:
+        """What makes ``cls`` free of the mode: ``None`` (nothing), or the constructor
+        parameters (``"p"``) and config-dict keys (``"p[key]"``) that must be 0."""
+        key = id(cls)
+        if key in self._needs:
+            return self._needs[key]
+        self._needs[key] = None  # recursion guard: assume sensitive
+        self._needs[key] = res = self._class_needs(cls)
         return res
 
-    def _zeros(self, cls, call: cst.Call, zeros: frozenset = frozenset()) -> frozenset:
-        """The parameters of ``cls.__init__`` that ``call`` binds to 0 (a literal, or a
-        parameter of the enclosing constructor that is 0 itself)."""
+    def free_if(self, cls) -> Optional[dict]:
+        """The class fact ``mode_free_if`` for other modules: the conditions of :meth:`needs`
+        with the constructor's signature, when some are needed."""
+        need = self.needs(cls)
+        if not need:
+            return None
+        params, zero_defaults = self._signature(cls)
+        return {"params": list(params), "zero_defaults": sorted(zero_defaults), "zero": sorted(need)}
+
+    def _in_effect(self, cls, call):
+        """A notebook or script may define a class twice (a later cell adds dropout): a
+        construction uses the definition above it."""
+        defs = self.mm.redefined.get(cls.qualname) if hasattr(self.mm, "redefined") else None
+        if not defs or call is None:
+            return cls
+        try:
+            line = self.mm.line_of(call)
+            best = None
+            for c in defs:
+                if self.mm.line_of(c.node) < line:
+                    best = c
+            return best or cls
+        except Exception:
+            return cls
+
+    def _last_binding_before(self, fn, path: str, at) -> Optional[tuple]:
+        """``(function, value)`` of the last plain assignment of ``path`` in ``fn`` above the
+        node ``at`` (a notebook rebinds ``model`` once per cell that builds one)."""
+        try:
+            line = self.mm.line_of(at)
+            best = None
+            for op in all_ops(fn):
+                if isinstance(op, AssignOp) and op.aug is None and op.value is not None \
+                        and any(dotted(t) == path for t in op.targets):
+                    ln = self.mm.line_of(op.node)
+                    if ln < line and (best is None or ln > best[0]):
+                        best = (ln, op.value)
+            return (fn, best[1]) if best else None
+        except Exception:
+            return None
+
+    def _signature(self, cls) -> tuple:
         init = cls.methods.get("__init__")
         if init is None:
-            return frozenset()
-        params = [p for p in init.params[1:] if not p.startswith("*")]
-        out = set()
-        positional = [a for a in call.args if a.keyword is None and not a.star]
-        for i, a in enumerate(positional):
-            if i < len(params) and _is_zero(a.value, zeros):
-                out.add(params[i])
-        for a in call.args:
-            if a.keyword is not None and a.keyword.value in params and _is_zero(a.value, zeros):
-                out.add(a.keyword.value)
-        return frozenset(out)
+            return (), frozenset()
+        params = tuple(p for p in init.params[1:] if not p.startswith("*"))
+        zd = frozenset(p for p in params if p in init.defaults and _is_zero(init.defaults[p]))
+        return params, zd
 
-    def _class(self, cls, zeros: frozenset = frozenset()) -> bool:
+    def _class_needs(self, cls) -> Optional[frozenset]:
         for b, raw in zip(cls.bases, cls.raw_bases):
             if b in catalog.MODULE_BASES or b in ("torch.nn.Module", "Module"):
                 continue
             local = self.mm.find_class(raw)
             if local is not None and local is not cls:
-                if self.of_class(local):
-                    return True
+                if self.needs(local) != _NOTHING:
+                    return None
                 continue
-            if self._external(raw):
-                return True
+            if self._external_needs(raw) != _NOTHING:
+                return None
         # the class's code is a piece of the module's text: generated (a walk with a callback
         # per node) only when the text mentions ``.training`` at all
         text = getattr(self.mm, "text", None)
         if not isinstance(text, str) or self._text_mentions_training(text):
             try:
                 if _TRAINING_ATTR.search(self.mm.code_for(cls.node)):
-                    return True
+                    return None
             except Exception:
-                return True
+                return None
+        out = set()
         for m in cls.methods.values():
+            params = frozenset()
             if m.name == "__init__":
                 for p in m.params[1:]:
                     # a submodule handed in from outside: unknown
                     if self.r._param_role(m, p.lstrip("*"))[0] == catalog.MODEL:
-                        return True
+                        return None
                 if self._runs_handed_in(cls, m):
-                    return True
+                    return None
+                # parameters the constructor does not rebind: their value is the caller's
+                rebound = {dotted(t) for op in walk(m.body) if isinstance(op, AssignOp) for t in op.targets}
+                params = frozenset(p for p in m.params[1:] if not p.startswith("*") and p not in rebound)
             for op in walk(m.body):
-                if isinstance(op, CallOp) and self._call(m, op.node, zeros if m.name == "__init__" else frozenset()):
-                    return True
-        return False
+                if isinstance(op, CallOp):
+                    r = self._call_needs(m, op.node, params)
+                    if r is None:
+                        return None
+                    out |= r
+        return frozenset(out)
 
     def _runs_handed_in(self, cls, init) -> bool:
         """A constructor argument kept as a submodule (``self.head = head``,
@@ -744,46 +812,256 @@ class ModeSensitivity:
             got = self._mentions = _TRAINING_ATTR.search(text) is not None
         return got
 
-    def _external(self, name: str) -> bool:
+    def _external_needs(self, name: str):
+        """What a class of another module needs (see :meth:`needs`); a plain class of the
+        tree (no ``nn.Module`` anywhere in its bases) is not a submodule: nothing."""
         getter = getattr(self.mm, "external_class", None)
         facts = getter(name, "mode") if getter is not None else None
-        if facts and facts.get("is_module") is not None and "mode_sensitive" in facts:
-            return bool(facts["mode_sensitive"])
-        return True
+        if not facts:
+            return None
+        if facts.get("is_module") is False and facts.get("plain"):
+            return _NOTHING
+        if facts.get("is_module") is None or "mode_sensitive" not in facts:
+            return None
+        if not facts["mode_sensitive"]:
+            return _NOTHING
+        mfi = facts.get("mode_free_if")
+        if isinstance(mfi, dict):
+            try:
+                return (frozenset(mfi["zero"]), (tuple(mfi["params"]), frozenset(mfi["zero_defaults"])))
+            except (KeyError, TypeError):
+                return None
+        return None
 
-    def _call(self, fn, call: cst.Call, zeros: frozenset = frozenset()) -> bool:
-        """Does constructing/calling this make the model mode-sensitive?"""
+    def _external(self, name: str) -> bool:
+        return self._external_needs(name) != _NOTHING
+
+    def _call_needs(self, fn, call: cst.Call, params: frozenset = frozenset()) -> Optional[frozenset]:
+        """What constructing/calling this needs for the model to be free of the mode (``None``:
+        it is mode-sensitive whatever the arguments); ``params``: the constructor's own
+        parameters a condition may name."""
         d = dotted(call.func)
         if d is None or d.startswith("self."):
-            return False  # a submodule or method of the class: judged where it is constructed
+            return _NOTHING  # a submodule or method of the class: judged where it is constructed
         q = self.mm.qualify(d) or ""
         last = d.rsplit(".", 1)[-1]
         if q.startswith("torch.nn.functional."):
-            return "dropout" in q
+            return None if "dropout" in q else _NOTHING
         if q.startswith("torch.nn."):
             name = q.rsplit(".", 1)[-1]
             if name.startswith(("Dropout", "AlphaDropout", "FeatureAlphaDropout")):
                 a = call.args[0] if call.args and call.args[0].keyword is None else next(
                     (x for x in call.args if x.keyword is not None and x.keyword.value == "p"), None)
-                return a is None or not _is_zero(a.value, zeros)
+                return None if a is None else self._cond(a.value, params)
             if _MODE_LAYER.search(name):
-                return True
+                return None
             if q in _RNN_LAYERS:
                 for a in call.args:
                     if a.keyword is not None and a.keyword.value == "dropout":
-                        return not (isinstance(a.value, (cst.Integer, cst.Float)) and float(a.value.value) == 0)
-                return len([a for a in call.args if a.keyword is None]) >= 6  # positional dropout
-            return False
+                        return self._cond(a.value, params)
+                return None if len([a for a in call.args if a.keyword is None]) >= 6 else _NOTHING
+            return _NOTHING
         if q.startswith("torch.") or q.startswith(_NEUTRAL_PREFIXES):
-            return False
+            return _NOTHING
         if not last[:1].isupper() or last.isupper():
-            return False  # functions and CONSTANTS, not layers
+            return _NOTHING  # functions and CONSTANTS, not layers
         if "." not in d and hasattr(builtins, d):
-            return False  # ValueError(...), Exception(...)
+            return _NOTHING  # ValueError(...), Exception(...)
         local = self.mm.find_class(d)
         if local is not None:
-            return self.of_class(local, self._zeros(local, call, zeros)) if self.mm.class_is_module(local) else False
-        return self._external(d)
+            if not self.mm.class_is_module(local):
+                return _NOTHING
+            need = self.needs(local)
+            if need is None:
+                return None
+            return self._bind(need, self._signature(local), call, lambda e, k: self._cond(e, params, k))
+        ext = self._external_needs(d)
+        if isinstance(ext, tuple):
+            return self._bind(ext[0], ext[1], call, lambda e, k: self._cond(e, params, k))
+        return ext
+
+    @staticmethod
+    def _bind(need: frozenset, sig: tuple, call: cst.Call, cond) -> Optional[frozenset]:
+        """Map the conditions ``need`` (on the callee's parameters ``sig``) through the
+        arguments of ``call``: ``cond(expr, key)`` says what an argument needs to be 0 (for a
+        config-dict key ``key``: to hold 0 there)."""
+        if not need:
+            return _NOTHING
+        params, zero_defaults = sig
+        if any(a.star for a in call.args):
+            return None  # *args / **kwargs: which parameter gets what is unknown
+        pos = [a for a in call.args if a.keyword is None]
+        out = set()
+        for c in need:
+            p, _, key = c.partition("[")
+            key = key[:-1] if key else None
+            arg = None
+            if p in params and params.index(p) < len(pos):
+                arg = pos[params.index(p)].value
+            kw = next((a for a in call.args if a.keyword is not None and a.keyword.value == p), None)
+            if kw is not None:
+                arg = kw.value
+            if arg is None:
+                if key is None and p in zero_defaults:
+                    continue
+                return None
+            r = cond(arg, key)
+            if r is None:
+                return None
+            out |= r
+        return frozenset(out)
+
+    def _cond(self, e, params: frozenset, key: Optional[str] = None) -> Optional[frozenset]:
+        """Inside a constructor: what makes ``e`` (or its ``key`` when it is a config dict)
+        0: nothing (a literal 0), a condition on a parameter, or ``None`` (not 0)."""
+        if key is None:
+            if isinstance(e, (cst.Integer, cst.Float)):
+                return _NOTHING if _is_zero(e) else None
+            if isinstance(e, cst.Name) and e.value in params:
+                return frozenset({e.value})
+            k = _literal_index(e)
+            if k is not None and isinstance(e.value, cst.Name) and e.value.value in params:
+                return frozenset({f"{e.value.value}[{k}]"})
+            return None
+        if isinstance(e, cst.Name) and e.value in params:
+            return frozenset({f"{e.value}[{key}]"})
+        if isinstance(e, cst.Dict):
+            v = _dict_get(e, key)
+            return None if v is None else self._cond(v, params)
+        return None
+
+    def _site_cond(self, fn, e, key: Optional[str] = None, depth: int = 0) -> Optional[frozenset]:
+        """At a construction in ``fn``: ``_NOTHING`` when ``e`` (or its ``key``) is provably 0,
+        else ``None``."""
+        if depth > 4:
+            return None
+        if key is None:
+            if isinstance(e, (cst.Integer, cst.Float)):
+                return _NOTHING if _is_zero(e) else None
+            k = _literal_index(e)
+            if k is not None:
+                return self._site_cond(fn, e.value, k, depth + 1)
+            return None
+        if isinstance(e, cst.Dict):
+            v = _dict_get(e, key)
+            return None if v is None else self._site_cond(fn, v, None, depth + 1)
+        if isinstance(e, cst.Name):
+            return self._dict_key_zero(fn, e.value, key, depth)
+        return None
+
+    def _dict_key_zero(self, fn, name: str, key: str, depth: int) -> Optional[frozenset]:
+        """The config dict ``name`` holds 0 at ``key`` wherever it is used: every assignment
+        of it in its scope is a dict literal with 0 there, every ``name.update(...)`` and
+        ``name[...] = ...`` leaves the key 0."""
+        scope = self._scope_of(fn, name)
+        if scope is None:
+            return None
+        seen = False
+        for op in all_ops(scope):
+            if isinstance(op, AssignOp):
+                for t in op.targets:
+                    if isinstance(t, cst.Name) and t.value == name:
+                        if op.aug is not None or op.value is None \
+                                or self._site_cond(scope, op.value, key, depth + 1) is None:
+                            return None
+                        seen = True
+                    elif isinstance(t, (cst.Tuple, cst.List)) and any(
+                            isinstance(el.value, cst.Name) and el.value.value == name for el in t.elements):
+                        return None
+                    elif isinstance(t, cst.Subscript) and isinstance(t.value, cst.Name) and t.value.value == name:
+                        k = _literal_index(t)
+                        if k is None or k == key and (op.aug is not None or op.value is None or
+                                                      self._site_cond(scope, op.value, None, depth + 1) is None):
+                            return None
+            elif isinstance(op, CallOp) and op.recv == name and op.attr in ("update", "setdefault", "__setitem__"):
+                if op.attr != "update" or len(op.args) != 1 or op.args[0].keyword is not None \
+                        or not self._keeps_key(scope, op.args[0].value, key, depth):
+                    return None
+        return _NOTHING if seen else None
+
+    def _keeps_key(self, fn, e, key: str, depth: int) -> bool:
+        """``d.update(e)`` leaves ``d[key]`` as it was, or sets it to 0: ``e`` is a dict
+        literal (or a name bound only to dict literals, or an item of a table of them:
+        ``model_configs[CHOOSE_MODEL]``) without the key, or with 0 there."""
+        def ok(v) -> bool:
+            if not isinstance(v, cst.Dict) or any(not isinstance(el, cst.DictElement) or not isinstance(
+                    el.key, (cst.SimpleString, cst.Integer)) for el in v.elements):
+                return False
+            got = _dict_get(v, key)
+            return got is None or self._site_cond(fn, got, None, depth + 1) is not None
+
+        def values_of(name: str):
+            scope = self._scope_of(fn, name)
+            if scope is None:
+                return None
+            vals = []
+            for op in all_ops(scope):
+                if isinstance(op, AssignOp) and any(
+                        isinstance(t, cst.Name) and t.value == name for t in op.targets):
+                    if op.aug is not None or op.value is None:
+                        return None
+                    vals.append(op.value)
+                elif isinstance(op, AssignOp) and any(
+                        isinstance(t, cst.Subscript) and isinstance(t.value, cst.Name) and t.value.value == name
+                        for t in op.targets):
+                    return None
+                elif isinstance(op, CallOp) and op.recv == name and op.attr in ("update", "setdefault"):
+                    return None
+            return vals or None
+
+        if isinstance(e, cst.Dict):
+            return ok(e)
+        if isinstance(e, cst.Name):
+            vals = values_of(e.value)
+            return vals is not None and all(ok(v) for v in vals)
+        if isinstance(e, cst.Subscript) and isinstance(e.value, cst.Name) and len(e.slice) == 1:
+            vals = values_of(e.value.value)  # a table of configurations, indexed by a choice
+            return vals is not None and all(
+                isinstance(v, cst.Dict) and v.elements and all(
+                    isinstance(el, cst.DictElement) and ok(el.value) for el in v.elements) for v in vals)
+        return False
+
+    def _scope_of(self, fn, name: str):
+        """The function whose code binds ``name`` as seen from ``fn`` (its own, an enclosing
+        one, the module); ``None`` for a parameter."""
+        f = fn
+        while f is not None:
+            if name in f.params:
+                return None
+            for op in all_ops(f):
+                if isinstance(op, AssignOp) and any(isinstance(t, cst.Name) and t.value == name for t in op.targets):
+                    return f
+            f = f.parent
+        mf = getattr(self.mm, "module_function", None)
+        return mf if mf is not None and mf is not fn else None
+
+    def _returned_by_helper(self, fn, path: str) -> bool:
+        """``model, result = train_model(...)``: the model a helper of this module returns at
+        that position, on every ``return``."""
+        for op in all_ops(fn):
+            if not (isinstance(op, AssignOp) and op.aug is None and isinstance(op.value, cst.Call)):
+                continue
+            for t in op.targets:
+                if not isinstance(t, (cst.Tuple, cst.List)):
+                    continue
+                idx = next((i for i, el in enumerate(t.elements) if dotted(el.value) == path), None)
+                if idx is None:
+                    continue
+                helper = self.mm.functions.get(dotted(op.value.func) or "")
+                if helper is None:
+                    return True
+                rets = [r.value for r in walk(helper.body) if isinstance(r, ReturnOp)]
+                if not rets or any(not isinstance(v, cst.Tuple) or len(v.elements) <= idx for v in rets):
+                    return True
+                return any(self.of_expr(helper, v.elements[idx].value, 1) for v in rets)
+        return True
+
+    def _built_sensitive(self, fn, cls, call: cst.Call) -> bool:
+        cls = self._in_effect(cls, call)
+        need = self.needs(cls)
+        if need is None:
+            return True
+        return self._bind(need, self._signature(cls), call, lambda e, k: self._site_cond(fn, e, k)) is None
 
     def of_expr(self, fn, e, depth: int) -> bool:
         if depth > 6:
@@ -795,7 +1073,7 @@ class ModeSensitivity:
             d = dotted(func)
             q = self.mm.qualify(d) if d else None
             if q and q.startswith("torch.nn.") and not q.startswith("torch.nn.functional."):
-                if self._call(fn, e):
+                if self._call_needs(fn, e) != _NOTHING:
                     return True
                 if q.rsplit(".", 1)[-1] not in ("Sequential", "ModuleList", "ModuleDict"):
                     return False  # a layer: its arguments are sizes, not modules
@@ -806,10 +1084,15 @@ class ModeSensitivity:
                 return self.of_expr(fn, e.args[0].value, depth + 1)
             if q in _WRAPPERS and e.args:
                 return self.of_expr(fn, e.args[0].value, depth + 1)
+            if isinstance(func, cst.Attribute) and func.attr.value == "load_from_checkpoint":
+                # Lightning's ``Net.load_from_checkpoint(path)``: an instance of that class
+                local = self.mm.find_class(dotted(func.value) or "")
+                if local is not None and self.mm.class_is_module(local):
+                    return self.of_class(local)
             if d:
                 local = self.mm.find_class(d)
                 if local is not None and self.mm.class_is_module(local):
-                    return self.of_class(local, self._zeros(local, e))
+                    return self._built_sensitive(fn, local, e)
                 if local is not None and all(b == "object" for b in local.raw_bases):
                     # a plain class of this file (a from-scratch network with its own forward
                     # and backward) has no train/eval mode
@@ -819,7 +1102,10 @@ class ModeSensitivity:
                     rets = [op.value for op in walk(target.body) if isinstance(op, ReturnOp) and op.value is not None]
                     return not rets or any(self.of_expr(target, v, depth + 1) for v in rets)
                 if q:
-                    return self._external(d)
+                    ext = self._external_needs(d)
+                    if isinstance(ext, tuple):
+                        return self._bind(ext[0], ext[1], e, lambda a, k: self._site_cond(fn, a, k)) is None
+                    return ext != _NOTHING
             return True
         if isinstance(e, (cst.List, cst.Tuple)):
             return any(self.of_expr(fn, el.value, depth + 1) for el in e.elements)
@@ -841,6 +1127,29 @@ class ModeSensitivity:
                     return self.of_expr(df[0], df[1], depth + 1)
             return True
         return True
+
+
+_NOTHING = frozenset()
+
+
+def _literal_index(e) -> Optional[str]:
+    """``x["name"]``: the string key, else ``None``."""
+    if isinstance(e, cst.Subscript) and _literal_key(e):
+        v = e.slice[0].slice.value.evaluated_value
+        return v if isinstance(v, str) else None
+    return None
+
+
+def _dict_get(d: cst.Dict, key: str):
+    """The value a dict literal gives ``key`` (``None``: absent, or unknown: ``**other`` or a
+    computed key may set it)."""
+    got = None
+    for el in d.elements:
+        if not isinstance(el, cst.DictElement) or not isinstance(el.key, (cst.SimpleString, cst.Integer)):
+            return None
+        if isinstance(el.key, cst.SimpleString) and el.key.evaluated_value == key:
+            got = el.value
+    return got
 
 
 def _literal_key(sub: cst.Subscript) -> bool:
