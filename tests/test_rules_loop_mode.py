@@ -445,6 +445,38 @@ def explain(model, loader):
     assert lint(src.replace("    with torch.enable_grad():\n", "    if True:\n")) == [("TL204", 23)]
 
 
+@pytest.mark.parametrize("call, reported", [
+    ("run_epoch(model, loader, optimizer, True)", False),  # positional: the backward is skipped
+    ("run_epoch(model, loader, optimizer, validate=1)", False),
+    ("run_epoch(model, loader, optimizer, validate=False)", True),  # the training value, under no_grad
+    ("run_epoch(model, loader, optimizer)", True),  # the default trains
+    ("run_epoch(model, loader, optimizer, **opts)", True),  # unknown here
+    ("run_epoch(model, loader, optimizer, flag)", True),
+])
+def test_backward_guarded_by_a_parameter_follows_the_call(lint, call, reported):
+    src = HEADER + f"""
+def run_epoch(model, loader, optimizer, validate=False):
+    total = 0.0
+    for x, y in loader:
+        loss = nn.functional.cross_entropy(model(x), y)
+        if not validate:
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        total += loss.item()
+    return total
+
+def fit(model, loader, optimizer, opts, flag):
+    model.train()
+    run_epoch(model, loader, optimizer)
+    model.eval()
+    with torch.no_grad():
+        return {call}
+"""
+    line = src.splitlines().index(f"        return {call}") + 1
+    assert [f for f in lint(src) if f[0] == "TL204"] == ([("TL204", line)] if reported else [])
+
+
 def test_zero_grad_through_a_wrapper_name_is_trusted(lint):
     src = HEADER + """
 def train(loader):
