@@ -321,7 +321,13 @@ for x, y in loader:
 """
     known_problems = ("Soft targets (one-hot, mixup, label smoothing) are float on purpose and not "
                       "reported; a float cast is reported when it is applied to labels taken from a "
-                      "data loader or to integer class indices.")
+                      "data loader, to integer class indices, or to targets the function receives from "
+                      "its caller (a model's `forward(x, targets)`, a loss helper), including a list "
+                      "of them stacked (`torch.stack([t for t in targets]).float()`). A loss chosen "
+                      "in `__init__` by a test of attributes only `__init__` sets (`if self.task == "
+                      "'segment': self.loss_func = lambda logits, y: F.cross_entropy(logits, y)`) is "
+                      "known at a call under the same test; chosen otherwise, its kind is unknown and "
+                      "nothing is reported.")
     fix_safety = "unsafe"
     fix_doc = ("Replaces a `.float()` (`.double()`, `.half()`) cast written on the target argument by "
                "`.long()`, and so the cast in the assignment of the name passed as the target, in the "
@@ -333,7 +339,7 @@ for x, y in loader:
     def check(self, mm):
         for fn, op, kind in _losses(mm, (catalog.CE, catalog.NLL)):
             arg, f = _arg_facts(op, 1, "target")
-            if arg is None or "float" not in f or "soft" in f or not f & {"batch", "indices"}:
+            if arg is None or "float" not in f or "soft" in f or not f & {"batch", "indices", "param_in"}:
                 continue
             if op.keyword("label_smoothing") is not None:
                 continue

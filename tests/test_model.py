@@ -742,3 +742,54 @@ def test_grad_contexts_of_user_decorators_and_exit_stacks():
     assert fwd("predict") == [GRAD_OFF]
     assert fwd("run") == [None]
     assert fwd("stacked") == [GRAD_OFF, None, "?"]
+
+
+def test_loss_stored_on_self_per_task_takes_the_kind_assigned_under_the_same_test():
+    """A head that picks its loss in ``__init__`` by task type (``if self.task == "segment":
+    self.loss_func = lambda logits, y: F.cross_entropy(...)``): a call under the same test in
+    ``forward`` is that loss; a test of an attribute that other methods change proves nothing."""
+    import os
+
+    path = os.path.join(os.path.dirname(__file__), "..", "fixtures", "loss", "bad", "task_head_lambda_loss_float_masks.py")
+    with open(path, encoding="utf-8") as fh:
+        mm = build(fh.read(), "heads.py")
+    kinds = [(op.kind, op.info) for op in calls_of(fn_named(mm, "TaskHead.forward")) if op.func == "self.loss_func"]
+    # segment: cross-entropy; bin_segment: a function that takes argmax first (no loss kind it
+    # hands on: not a loss call); regress: a squared error written out (not a loss function);
+    # the last arm: BCE with logits
+    assert kinds == [("loss", catalog.CE), (None, None), (None, None), ("loss", catalog.BCE_LOGITS)]
+
+    mm = build("""
+        import torch.nn as nn
+        import torch.nn.functional as F
+
+        class Head(nn.Module):
+            def __init__(self, task):
+                super().__init__()
+                self.task = task
+                self.fc = nn.Linear(8, 3)
+                if self.task == "classify":
+                    self.criterion = lambda logits, y: F.cross_entropy(logits, y)
+                else:
+                    self.criterion = nn.BCEWithLogitsLoss()
+
+            def set_task(self, task):
+                self.task = task
+
+            def forward(self, x, y):
+                logits = self.fc(x)
+                if self.task == "classify":
+                    return self.criterion(logits, y)
+                return self.criterion(logits, y)
+
+        def train_step(model, x, y):
+            criterion = lambda out, target: F.nll_loss(out.log_softmax(-1), target)
+            scaled = lambda out, target: F.cross_entropy(out, target.long()) * 0.5
+            return criterion(model(x), y) + scaled(model(x), y)
+    """)
+    kinds = [op.info for op in calls_of(fn_named(mm, "Head.forward")) if op.func == "self.criterion"]
+    assert kinds == [catalog.OTHER_LOSS, catalog.OTHER_LOSS]  # set_task() changes self.task
+    kinds = [(op.func, op.info) for op in calls_of(fn_named(mm, "train_step")) if op.kind == "loss"]
+    # the first hands log-probabilities, not its own parameter, as the input; the second's body is
+    # not a loss call (a product): neither is a loss of a known kind
+    assert kinds == [("criterion", catalog.OTHER_LOSS)]

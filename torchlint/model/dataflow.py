@@ -55,6 +55,9 @@ _KEEP_FUNCS = {"torch.reshape", "torch.squeeze", "torch.unsqueeze", "torch.flatt
                "torch.permute", "torch.movedim", "torch.swapaxes", "torch.swapdims", "torch.t",
                "torch.narrow", "torch.select", "torch.flip", "torch.roll", "torch.unflatten"}
 _DEVICE_METHODS = {"to", "cuda"}
+# functions that join tensors into a new one, and the facts of the data it keeps
+_JOIN_FUNCS = {"torch.stack", "torch.cat", "torch.concat", "torch.concatenate"}
+_DATA_FACTS = frozenset({"batch", "moved", "param_in"})
 _HOST_DATA_FUNCS = {"torch.Tensor", "torch.tensor", "torch.from_numpy", "torch.as_tensor", "torch.FloatTensor",
                     "torch.LongTensor"}
 # autograd-saved outputs (derivatives.yaml uses ``result``) and the views that alias them
@@ -480,6 +483,11 @@ class Dataflow:
             return out & {"graph", "loss", "batch", "moved", "grad_in", "param_in"}
         if tp is cst.DictComp:
             return self._dictcomp_facts(e, env)
+        if (tp is cst.ListComp or tp is cst.GeneratorExp) and e.for_in.inner_for_in is None \
+                and not e.for_in.ifs and type(e.elt) is cst.Name and type(e.for_in.target) is cst.Name \
+                and e.elt.value == e.for_in.target.value:
+            # ``[t for t in targets]``: the items of the iterable, as they are
+            return self.facts(e.for_in.iter, env) & _DATA_FACTS
         if tp is cst.IfExp:
             return self.facts(e.body, env) | self.facts(e.orelse, env)
         return EMPTY
@@ -534,6 +542,9 @@ class Dataflow:
             # ``torch.from_numpy(features)``, ``torch.Tensor(target_seq)``: a data set's arrays
             # made a tensor, on the CPU (full-batch training without a loader)
             out = frozenset({"host_data"})
+        elif q in _JOIN_FUNCS and e.args:
+            # ``torch.stack([t for t in targets])``: a new tensor of the same data
+            out = frozenset({"fresh"}) | (self._arg0(e, env) & _DATA_FACTS)
         elif q in catalog.FRESH_FACTORIES:
             out = frozenset({"fresh"})
             if q == "torch.tensor" and _dtype_is_float(e):

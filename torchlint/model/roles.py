@@ -94,7 +94,49 @@ class RoleResolver:
                     if "Model" in base or "ForCausalLM" in base or "For" in base:
                         return (catalog.MODEL, None)
             return (None, None)
+        if isinstance(expr, cst.Lambda):
+            return self.callable_loss(fn, [p.name.value for p in expr.params.params], expr.body)
         return (None, None)
+
+    def callable_loss(self, fn, params: list, body) -> Role:
+        """A lambda (or a function whose body is one ``return``) that returns a loss call is a
+        loss: ``lambda logits, y: F.cross_entropy(logits, y, reduction="none")``.  It has that
+        loss's kind when it hands its first two parameters on as the input and the target;
+        a loss of another kind otherwise (``targets.argmax(1)`` first: not class indices)."""
+        if not isinstance(body, cst.Call):
+            return (None, None)
+        d = dotted(body.func)
+        q = self.mm.qualify(d) if d else None
+        kind = catalog.functional_loss_kind(q) if q else None
+        if kind is None and q and q.startswith("torch.nn.functional.") and q.endswith("_loss"):
+            kind = catalog.OTHER_LOSS
+        if kind is None and isinstance(body.func, cst.Call):  # nn.CrossEntropyLoss()(x, y)
+            role, info = self.of_expr(fn, body.func)
+            if role == catalog.LOSS:
+                kind = info or catalog.OTHER_LOSS
+        if kind is None:
+            return (None, None)
+        given = [_first_arg(body, "input"), None]
+        positional = [a for a in body.args if a.keyword is None and not a.star]
+        given[1] = next((a for a in body.args if a.keyword is not None and a.keyword.value == "target"),
+                        positional[1] if len(positional) > 1 else None)
+        through = len(params) >= 2 and all(
+            a is not None and isinstance(a.value, cst.Name) and a.value.value == p
+            for a, p in zip(given, params[:2]))
+        return (catalog.LOSS, kind if through else catalog.OTHER_LOSS)
+
+    def _def_loss(self, nested) -> Role:
+        """``def loss_func(logits, y): return F.cross_entropy(logits, y)``: see ``callable_loss``."""
+        node = nested.node
+        body = getattr(node.body, "body", ())
+        stmts = [s for s in body if not (isinstance(s, cst.SimpleStatementLine) and len(s.body) == 1
+                                          and isinstance(s.body[0], cst.Expr)
+                                          and isinstance(s.body[0].value, cst.SimpleString))]
+        if len(stmts) != 1 or not isinstance(stmts[0], cst.SimpleStatementLine) or len(stmts[0].body) != 1 \
+                or not isinstance(stmts[0].body[0], cst.Return):
+            return (None, None)
+        params = [p for p in nested.params if p not in ("self", "cls")]
+        return self.callable_loss(nested, params, stmts[0].body[0].value)
 
     # ----------------------------------------------------------- paths
     def of_path(self, fn, path: str) -> Role:
@@ -105,6 +147,9 @@ class RoleResolver:
                 return r
             if path in f.params:
                 return self._param_role(f, path)
+            nested = next((n for n in getattr(f, "nested", ()) if n.name == path), None)
+            if nested is not None:
+                return self._def_loss(nested)
             f = f.parent
         if path.startswith("self.") and fn is not None:
             cls = fn.cls or (fn.parent.cls if fn.parent is not None else None)
@@ -264,6 +309,98 @@ class RoleResolver:
                 for k, v in self.class_roles(base).items():
                     r.setdefault(k, v)
         return r
+
+    def attr_role_at(self, fn, op: CallOp, role: Role) -> Role:
+        """The role of the ``self`` attribute ``op`` calls, at that call.  A class that assigns
+        the attribute several values of different roles or loss kinds, each under a test of
+        attributes only ``__init__`` sets (``if self.task_type == "segment": self.loss_func =
+        ...``), gives a call the value assigned under the same tests (the call sits in ``if
+        self.task_type == "segment":`` too): a test of such attributes takes the same arm in
+        ``__init__`` and later.  Values that still differ make a loss of unknown kind."""
+        cls = fn.cls or (fn.parent.cls if fn.parent is not None else None)
+        path = op.func
+        assigns = cls.attr_values.get(path, ()) if cls is not None else ()
+        if len(assigns) < 2:
+            return role
+        cands = []
+        for a in assigns:
+            m = self._fn_of_class_op(cls, a)
+            v = _value_bound_to(a, path) if a.value is not None else None
+            cands.append((a, m, self.of_expr(m, v) if v is not None else (None, None)))
+        if len({r for _, _, r in cands}) == 1:
+            return role
+        agree = [r for a, m, r in cands if self._same_arms(cls, m, a, fn, op)]
+        roles = {r for r in agree if r[0] is not None}
+        if len(roles) == 1:
+            return roles.pop()
+        if not roles:
+            return (None, None) if len(agree) < len(cands) else role
+        if all(r[0] == catalog.LOSS for r in roles):
+            return (catalog.LOSS, catalog.OTHER_LOSS)
+        return role
+
+    def _same_arms(self, cls, fa, a, fb, b) -> bool:
+        """No test that encloses ``a`` (in ``fa``) and reads only attributes that ``__init__``
+        alone assigns is taken the other way around ``b`` (in ``fb``): the same test in the other
+        arm, or ``attr == "x"`` against ``attr == "y"``."""
+        theirs = [(self._init_test(cls, g.test), arm) for g, arm in b.guards if g.test is not None]
+        for g, arm in a.guards:
+            if g.test is None:
+                continue
+            t = self._init_test(cls, g.test)
+            if t is None:
+                continue
+            for u, arm_b in theirs:
+                if u is None:
+                    continue
+                if u[0] == t[0] and arm != arm_b:
+                    return False
+                if arm == arm_b == 0 and t[1] is not None and u[1] is not None and t[1][0] == u[1][0] \
+                        and t[1][1] != u[1][1]:
+                    return False
+        return True
+
+    def _init_test(self, cls, test) -> Optional[tuple]:
+        """``(code, (attr, literal) or None)`` of a test that reads only ``self`` attributes set
+        in ``__init__`` and nowhere else of the class, and literals; ``None`` otherwise."""
+        paths = []
+        stack = [test]
+        while stack:
+            e = stack.pop()
+            if isinstance(e, (cst.Name, cst.Attribute)):
+                d = dotted(e)
+                if d in ("True", "False", "None"):
+                    continue
+                if not d or not d.startswith("self.") or d.count(".") != 1:
+                    return None
+                paths.append(d)
+            elif isinstance(e, (cst.SimpleString, cst.Integer, cst.Float)):
+                continue
+            elif isinstance(e, cst.Comparison):
+                stack.append(e.left)
+                stack.extend(c.comparator for c in e.comparisons)
+            elif isinstance(e, cst.BooleanOperation):
+                stack.extend((e.left, e.right))
+            elif isinstance(e, cst.UnaryOperation) and isinstance(e.operator, cst.Not):
+                stack.append(e.expression)
+            elif isinstance(e, (cst.Tuple, cst.List, cst.Set)):
+                stack.extend(el.value for el in e.elements)
+            else:
+                return None
+        init = cls.methods.get("__init__")
+        if not paths or init is None:
+            return None
+        for d in paths:
+            ops = cls.attr_values.get(d, ())
+            if not ops or any(self._fn_of_class_op(cls, o) is not init for o in ops):
+                return None
+        lit = None
+        if isinstance(test, cst.Comparison) and len(test.comparisons) == 1 \
+                and isinstance(test.comparisons[0].operator, cst.Equal):
+            left, right = test.left, test.comparisons[0].comparator
+            if isinstance(right, cst.SimpleString) and dotted(left):
+                lit = (dotted(left), right.evaluated_value)
+        return self.mm.code_for(test).strip(), lit
 
     def _fn_of_class_op(self, cls, op):
         for m in cls.methods.values():
@@ -1346,6 +1483,8 @@ def classify(mm, fn, resolver: RoleResolver) -> None:
             if role == catalog.MODEL:
                 op.kind, op.target, op.info = FORWARD, op.func, info
                 continue
+            if role == catalog.LOSS and op.func.startswith("self."):
+                role, info = resolver.attr_role_at(fn, op, (role, info))
             if role == catalog.LOSS:
                 op.kind, op.target, op.info = LOSS, op.func, info
                 continue
