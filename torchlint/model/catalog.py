@@ -134,6 +134,10 @@ FRESH_FACTORIES = TENSOR_FACTORIES | {
     "torch.randn_like", "torch.rand_like", "torch.cat", "torch.stack",
 }
 
+# ignite engines: ``Engine(process_function)`` calls the function once per batch
+ENGINE_CLASSES = {"ignite.engine.Engine", "ignite.engine.engine.Engine", "ignite.engine.DeterministicEngine",
+                  "ignite.engine.deterministic.DeterministicEngine"}
+
 # ------------------------------------------------------- other libraries
 # deep-learning frameworks other than PyTorch: a module importing one of them and nothing of
 # PyTorch's is not PyTorch code (an MXNet baseline, a TensorFlow port in the same tree)

@@ -339,8 +339,40 @@ def runs_training_loop(mm, fn) -> bool:
 def implicit_loop(mm, fn) -> bool:
     """``fn`` is one iteration of a loop a framework runs: a LightningModule's
     ``training_step`` (with manual optimisation it backwards, steps and clears itself, once
-    per batch)."""
-    return fn.name == "training_step" and mm.is_lightning(fn)
+    per batch), or the process function an ignite ``Engine(update)`` calls once per batch."""
+    if fn.name == "training_step" and mm.is_lightning(fn):
+        return True
+    return id(fn) in _engine_process_functions(mm)
+
+
+def _engine_process_functions(mm) -> frozenset:
+    """ids of the functions of the module handed to ignite's ``Engine`` as its process
+    function (``trainer = Engine(update)``), the class resolved through imports, the function
+    through the scopes of the call."""
+    got = mm.__dict__.get("_engine_process_fns")
+    if got is not None:
+        return got
+    out = set()
+    for g in [mm.module_function] + list(mm.all_functions):
+        for op in all_ops(g):
+            if not (isinstance(op, CallOp) and op.qual in catalog.ENGINE_CLASSES):
+                continue
+            a = op.arg(0, "process_function")
+            if a is None or not isinstance(a.value, cst.Name):
+                continue
+            name, f = a.value.value, g
+            while f is not None:
+                target = next((n for n in f.nested if n.name == name), None)
+                if target is not None:
+                    out.add(id(target))
+                    break
+                f = f.parent
+            else:
+                target = mm.functions.get(name)
+                if target is not None:
+                    out.add(id(target))
+    got = mm._engine_process_fns = frozenset(out)
+    return got
 
 
 def unit_body(fn, loop: Optional[LoopOp]) -> list:
