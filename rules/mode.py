@@ -10,7 +10,8 @@ from torchlint.model.ir import (
     BACKWARD, CALL, FORWARD, GRAD_OFF, GRAD_ON, GRAD_UNKNOWN, STEP, AssignOp, CallOp, LoopOp, all_ops, walk,
 )
 from torchlint.model.queries import (
-    analysable_functions, call_runs_backward, evaluates_after_training, forward_records_no_graph, lightning_eval_hook, is_kind,
+    analysable_functions, call_runs_backward, eval_step_helpers, evaluates_after_training,
+    forward_records_no_graph, lightning_eval_hook, is_kind,
     iteration, local_function, reaches_backward, steps_or_updates, training_loop_before, trains, untrained_here,
     untrained_path_here, uses_autograd, within,
 )
@@ -420,24 +421,29 @@ with torch.no_grad():
                 if loop.runs_once:
                     continue  # one batch taken to look at (`...; break`): one graph, not one per batch
                 fwds = [o for o in walk(loop.body) if isinstance(o, CallOp) and o.kind == FORWARD]
-                if not fwds or uses_autograd(mm, loop.body, fn):
+                # the forwards run in a per-batch step called only from this loop
+                steps = [] if fwds else eval_step_helpers(mm, loop)
+                if not (fwds or steps) or uses_autograd(mm, loop.body, fn):
                     continue  # gradients on purpose: attacks, saliency, test-time adaptation
-                if any(o.grad in (GRAD_OFF, "?") for o in fwds) or loop.grad in (GRAD_OFF, "?"):
+                if any(o.grad in (GRAD_OFF, "?") for o in fwds + steps) or loop.grad in (GRAD_OFF, "?"):
                     continue
-                if all(forward_records_no_graph(mm, fn, o.target) for o in fwds):
+                if fwds and all(forward_records_no_graph(mm, fn, o.target) for o in fwds):
                     continue  # frozen models, forwards that run under no_grad: no graph to build
                 if _feeds_backward(mm, fn, loop):
                     continue
                 modes = set()
                 for o in fwds:
                     modes |= {m for m, _ in flow.at.get(id(o), frozenset())}
+                if steps:
+                    modes.add(ENTRY)  # the step's models: in the mode this function leaves them
                 evalmode = "eval" in modes and "train" not in modes
                 if not evalmode and not (ENTRY in modes and "train" not in modes and is_eval_name(fn.name)):
                     continue
                 if not self._callers_enable_grad(mm, fn):
                     continue
                 reported_loops.append(loop)
-                yield Report(loop.node, "this evaluation loop runs the model without `torch.no_grad()` "
+                via = f" (in `{steps[0].info.name}()`, called once per batch)" if steps else ""
+                yield Report(loop.node, f"this evaluation loop runs the model{via} without `torch.no_grad()` "
                              "or `torch.inference_mode()`, so every forward pass builds an autograd graph",
                              fix=_wrap_no_grad(loop), scope=fn.qualname)
 

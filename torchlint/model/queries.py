@@ -256,6 +256,39 @@ def uses_autograd(mm, block, fn=None) -> bool:
     return False
 
 
+def eval_step_helpers(mm, loop: LoopOp) -> list:
+    """Calls in ``loop`` of a per-batch evaluation step: a function of this module that runs a
+    model forward with gradients on once per call (not in a loop of its own, judged where it
+    is), computes no gradients, steps nothing, and is called from nowhere but this loop (no
+    other call in this module, none from another module): ParallelWaveGAN's
+    ``self._eval_step(batch)`` in ``_eval_epoch``.  A step shared with training is not one."""
+    from .binder import FunctionModel
+
+    out = []
+    for op in walk(loop.body):
+        if not isinstance(op, CallOp) or op.kind != CALL or not isinstance(op.info, FunctionModel):
+            continue
+        helper = op.info
+        if helper.decorator_grad == GRAD_OFF or helper.is_module_level:
+            continue
+        fwds = [o for o in all_ops(helper) if isinstance(o, CallOp) and o.kind == FORWARD]
+        if not fwds or any(o.loop is not None or o.grad in (GRAD_OFF, "?") for o in fwds):
+            continue
+        if any(isinstance(o, CallOp) and o.kind in (STEP, CLEAR) for o in all_ops(helper)):
+            continue
+        s = mm.summary_of(helper) or {}
+        if s.get("backward") or s.get("step") or uses_autograd(mm, helper.body, helper):
+            continue
+        if any(not within(c, loop) for _, c in mm.callers(helper)):
+            continue
+        if mm.project.is_called(f"{mm.module_name}.{helper.qualname}"):
+            continue
+        if all(forward_records_no_graph(mm, helper, o.target) for o in fwds):
+            continue
+        out.append(op)
+    return out
+
+
 def lightning_eval_hook(mm, fn) -> bool:
     """``fn`` is a Lightning module's or callback's evaluation hook (``validation_step``,
     ``on_validation_epoch_end``, ``on_test_batch_end``, ``on_predict_start`` ...): Lightning
