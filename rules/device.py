@@ -4,7 +4,7 @@ from __future__ import annotations
 import libcst as cst
 
 from torchlint.model import catalog, resources
-from torchlint.model.ir import FORWARD, LOSS, MOVE, CallOp, all_ops
+from torchlint.model.ir import CALL, FORWARD, LOSS, MOVE, CallOp, all_ops
 from torchlint.model.queries import analysable_functions
 from torchlint.rule import Report, Rule
 
@@ -285,7 +285,9 @@ class Encoder(nn.Module):
                "`forward` known to be a tensor (a tensor-only attribute or method is used on it, it "
                "has no `None` default and is never rebound to anything else); no fix when no input "
                "qualifies or the call passes `**kwargs`. Unsafe: that input may not be on the device "
-               "the module runs on (a CPU-side argument).")
+               "the module runs on (a CPU-side argument). A tensor that a helper function of the "
+               "project creates on the CPU and returns (`c = idx2onehot(c, n=10)`, the helper in another "
+               "module) is reported at the call in `forward`, with no fix: the helper may have other callers.")
     references = ("https://pytorch.org/docs/stable/notes/cuda.html#device-agnostic-code",)
     triggers = (b"forward",)
 
@@ -295,8 +297,21 @@ class Encoder(nn.Module):
             fwd = cls.methods.get("forward")
             if fwd is None or not mm.class_is_module(cls):
                 continue
+            calls = None
             for node, first in res.forward_cpu_tensors(fwd):
                 name = mm.code_for(node.func).strip()
+                if calls is None:
+                    calls = {id(o.node): o for o in all_ops(fwd) if isinstance(o, CallOp)}
+                op = calls.get(id(node))
+                if op is not None and op.kind == CALL and op.info is not None:
+                    # a function of the tree that returns a tensor it creates on the CPU
+                    where = mm.describe_call(op) or f"`{name}()`"
+                    advice = f"move it (`.to({first}.device)`)" if first else "move it to the inputs' device"
+                    yield Report(node, f"{where} returns a tensor it creates on the CPU (no `device=`) and "
+                                 "`forward` combines it with its inputs, which fails once the module runs on "
+                                 f"a GPU; {advice} or let the helper create it on the inputs' device",
+                                 scope=fwd.qualname)
+                    continue
                 advice = f"pass `device={first}.device`" if first else "create it on the inputs' device"
                 yield Report(node, f"`{name}(...)` creates a tensor on the CPU (no `device=`) and "
                              "combines it with the inputs of `forward`, which fails once the module "

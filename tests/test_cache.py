@@ -432,6 +432,26 @@ def test_change_of_one_class_fact_relints_the_importer(tmp_path, edit, appears):
     assert _found(run(paths, OPTS, cache=Cache(str(tmp_path / "c")))) == before
 
 
+def test_a_helper_that_creates_its_tensor_on_the_device_relints_the_forward_that_calls_it(tmp_path):
+    """TL602 in models.py depends on what utils.py's helper returns (a tensor it creates on the
+    CPU): an edit of the helper alone adds or removes the findings of its caller's forward."""
+    import shutil
+
+    case = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "crossfn")
+    src = tmp_path / "src"
+    shutil.copytree(os.path.join(case, "cvae_onehot_helper_other_module"), src)
+    cpu = (src / "utils.py").read_text()
+    on_device = cpu.replace("torch.zeros(idx.size(0), n)", "torch.zeros(idx.size(0), n, device=idx.device)")
+    assert on_device != cpu
+    paths = sorted(str(p) for p in src.iterdir() if p.suffix == ".py")
+    before = _found(run(paths, OPTS, cache=Cache(str(tmp_path / "c"))))
+    assert before == {"models.py": ["TL602:40", "TL602:61"]}
+    (src / "utils.py").write_text(on_device)
+    assert _found(run(paths, OPTS, cache=Cache(str(tmp_path / "c")))) == {} == _found(run(paths, OPTS))
+    (src / "utils.py").write_text(cpu)
+    assert _found(run(paths, OPTS, cache=Cache(str(tmp_path / "c")))) == before
+
+
 def _entries(cache_dir):
     v = next(p for p in (cache_dir).iterdir() if p.name.startswith("v"))
     return sorted(str(e) for d in v.iterdir() if d.is_dir() and len(d.name) == 2 for e in d.iterdir())

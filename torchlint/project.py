@@ -15,6 +15,9 @@ _SHAPE_KEYS = frozenset(("name", "qualname", "path", "line", "params", "free"))
 # facts a call's value inherits from what the callee returns
 RETURN_KEEP = frozenset({"graph", "loss", "probs", "logprobs", "sigmoid", "logits", "moved",
                          "detached", "scalar", "model_out", "fresh", "float"})
+# facts of what a function returns that the project tells its callers (asked as RET/RETB) but
+# that their dataflow does not inherit: "cpu_tensor", a tensor the function creates on the CPU
+RETURN_TOLD = frozenset({"cpu_tensor"})
 
 
 def args_entry(qual: str, facts: dict) -> str:
@@ -123,7 +126,7 @@ def project_answer(aspect, summary: Optional[dict]):
     if aspect == Aspect.EXACT:
         return summary
     if aspect in (Aspect.RET, Aspect.RETB):
-        keep = RETURN_KEEP | {"param_in", "moved"} if aspect == Aspect.RETB else RETURN_KEEP
+        keep = RETURN_KEEP | RETURN_TOLD | ({"param_in", "moved"} if aspect == Aspect.RETB else set())
         return sorted(set(summary.get("returns", ())) & keep) or None
     d = {k: v for k, v in summary.items() if k != "returns"}
     return d if summary_has_effects(d) else None

@@ -509,13 +509,19 @@ def summarize(mm, fn) -> dict:
         or any(s.get("clear") for s in sub),
         "sched_step": bool(function_events(fn, (SCHED_STEP,))) or any(s.get("sched_step") for s in sub),
         "grad": fn.decorator_grad,
-        "returns": sorted(mm.return_facts(fn)),
+        "returns": sorted(mm.return_facts(fn) | _cpu_tensor_fact(mm, fn)),
         "forward": bool(function_events(fn, (FORWARD,))) or any(s.get("forward") for s in sub),
         "moves": any(op.kind == "move" for op in all_ops(fn) if isinstance(op, CallOp))
         or any(s.get("moves") for s in sub),
         # loader parameters it iterates in a training loop / only in evaluation loops (TL701)
         **dict(zip(("trains_on", "evaluates_on"), _loader_params(mm, fn))),
     }
+
+
+def _cpu_tensor_fact(mm, fn) -> frozenset:
+    from . import resources
+
+    return frozenset({resources.CPU_TENSOR}) if resources.get(mm).returns_cpu_tensor(fn) else frozenset()
 
 
 def _backward_condition(fn, calls, sub) -> Optional[list]:

@@ -1178,6 +1178,43 @@ class Resources:
             return False  # a 0-dim tensor mixes with CUDA tensors
         return True
 
+    def returns_cpu_tensor(self, fn) -> bool:
+        """Every ``return`` of ``fn`` gives a tensor that ``fn`` creates on the CPU: a factory
+        that takes sizes (``torch.zeros(n, k)``, ``torch.randn``, ``torch.arange``,
+        ``torch.eye`` ...), a ``torch.tensor([...])`` of a literal list or ``torch.from_numpy``,
+        without ``device=``, perhaps reshaped or cast, or a local name bound to nothing else
+        (``onehot = torch.zeros(idx.size(0), n); onehot.scatter_(1, idx, 1); return onehot``).
+        A conversion of a value (``torch.tensor(x)``, ``torch.as_tensor(x)``) keeps the device
+        of a tensor given to it and does not count."""
+        if fn.is_module_level:
+            return False
+        rets = [op for op in all_ops(fn) if isinstance(op, ReturnOp)]
+        return bool(rets) and all(op.value is not None and self._made_on_cpu(fn, op.value) for op in rets)
+
+    def _made_on_cpu(self, fn, expr, depth: int = 0, seen=()) -> bool:
+        if depth > 3:
+            return False
+        if isinstance(expr, cst.Name):
+            name = expr.value
+            if name in seen or name in fn.params:
+                return False
+            defs = self.assigns(fn).get(name, ())
+            return bool(defs) and all(v is not None and idx is None and
+                                      self._made_on_cpu(fn, v, depth + 1, seen + (name,)) for _op, v, idx in defs)
+        if not isinstance(expr, cst.Call):
+            return False
+        if isinstance(expr.func, cst.Attribute) and expr.func.attr.value in _RESHAPES \
+                and not self.mm.qualify(dotted(expr.func)):
+            return self._made_on_cpu(fn, expr.func.value, depth, seen)
+        if any(a.star == "**" or a.keyword is not None and a.keyword.value in ("device", "out") for a in expr.args):
+            return False
+        q = self.mm.qualify(dotted(expr.func))
+        if q == "torch.from_numpy":
+            return True
+        if q in ("torch.tensor", "torch.FloatTensor", "torch.LongTensor", "torch.Tensor"):
+            return bool(expr.args) and isinstance(expr.args[0].value, (cst.List, cst.Tuple, cst.ListComp))
+        return q in _FACTORIES
+
     def moved_anywhere(self, path: str) -> bool:
         """``path`` is moved by ``.to(...)``/``.cuda()`` somewhere in the module (in place or
         rebinding itself)."""
@@ -1329,10 +1366,20 @@ _SAFE_WITH_CPU_ARG = {"to", "type_as", "new_tensor", "new_zeros", "new_ones", "n
                       "expand_as", "view_as", "reshape_as", "__getitem__", "index_put_", "flip", "roll",
                       "transpose", "unflatten", "tile"}
 _FACTORIES = catalog.TENSOR_FACTORIES
+# the return fact of a function that returns a tensor it creates on the CPU (a summary's
+# "returns"; callers' dataflow does not inherit it, see project.RETURN_TOLD)
+CPU_TENSOR = "cpu_tensor"
 _CPU_TENSOR_MAKERS = {"torch.FloatTensor", "torch.Tensor", "torch.DoubleTensor", "torch.from_numpy",
                       "torch.as_tensor", "torch.HalfTensor"}
 _RESHAPES = {"view", "reshape", "unsqueeze", "float", "double", "half", "long", "expand", "t", "repeat",
              "clone", "contiguous", "permute", "transpose", "flip", "sqrt", "log", "exp"}
+
+
+def helper_returns_cpu_tensor(mm, op) -> bool:
+    """``op`` calls a function of the linted tree (this module or another) whose summary says
+    it returns a tensor it creates on the CPU (:meth:`Resources.returns_cpu_tensor`)."""
+    s = mm.summary_of(op.info, "ret")
+    return bool(s) and CPU_TENSOR in s.get("returns", ())
 
 
 class _ForwardDevice:
@@ -1570,6 +1617,9 @@ class _ForwardDevice:
             if q == "torch.tensor" and e.args and isinstance(e.args[0].value, (cst.Name, cst.Attribute, cst.Call)):
                 return None  # torch.tensor(value): shape unknown, often a scalar
             return e
+        if op is not None and op.kind == CALL and op.info is not None and helper_returns_cpu_tensor(self.mm, op):
+            self._args(e)
+            return e  # a function of the tree that returns a tensor it made on the CPU (utils.idx2onehot)
         if isinstance(e.func, cst.Attribute):
             m = e.func.attr.value
             recv = self.ev(e.func.value)
