@@ -116,6 +116,9 @@ class ModeFlow:
                 if summ is not None:
                     argmap = self.mm.argmap(self.fn, op, summ)
                     self.at_args[id(op)] = {key: self.modes(st, path) for key, path in argmap.items()}
+                    each = summ.get("each_modes") or {}
+                    if each:
+                        st = self._each_modes(op, summ, each, st)
                     exits = summ.get("exit_modes") or {}
                     if exits:
                         st = dict(st)
@@ -213,6 +216,44 @@ class ModeFlow:
             if op.exhaustive and len(op.arms) > 1:
                 res = self._chosen_modes(op, outs, st, res)
             return res
+        return st
+
+    def _each_modes(self, op, summ, each, st: State) -> State:
+        """``set_mode('eval', [pg, ee, baseline])``: a helper that switches every model of a
+        list it is given, to the mode a string argument names (summary ``each_modes``)."""
+        params = list(summ.get("params", ()))
+        pparams = params[1:] if params and params[0] == "self" else params
+        positional = [a for a in op.args if a.keyword is None and not a.star]
+
+        def arg(name):
+            for a in op.args:
+                if a.keyword is not None and a.keyword.value == name:
+                    return a.value
+            i = pparams.index(name) if name in pparams else -1
+            return positional[i].value if 0 <= i < len(positional) else None
+
+        for key, entry in each.items():
+            if type(entry) is not list or len(entry) != 2 or type(entry[0]) is not str or type(entry[1]) is not dict:
+                continue
+            by, modes = entry
+            models = arg(key)
+            if not isinstance(models, (cst.List, cst.Tuple)):
+                continue
+            lit = ""
+            if by:
+                v = arg(by)
+                if not isinstance(v, cst.SimpleString):
+                    continue
+                lit = v.evaluated_value
+            mode = modes.get(lit)
+            if mode not in ("train", "eval"):
+                continue
+            origin = ModeOrigin.of_exit([mode, summ.get("name", "?"), summ.get("path", ""), summ.get("line", 0)])
+            st = dict(st)
+            for el in models.elements:
+                d = dotted(el.value)
+                if d:
+                    st[norm_path(d)] = frozenset({(mode, origin)})
         return st
 
     def _by_argument(self, op) -> bool:
@@ -428,6 +469,45 @@ def loop_trains(loop: LoopOp) -> bool:
     return False
 
 
+def _each_modes(fn, keys) -> dict:
+    """``for m in models: m.eval()`` on the items of a parameter, perhaps under a test of a
+    string parameter (``if mode == 'eval': m.eval()``): ``{param: [by, {literal: mode}]}``
+    (``by`` empty and the literal ``""`` when no test chooses).  Any other guard, or two
+    switches that disagree, leave the parameter out."""
+    out: dict = {}
+    bad = set()
+    for op in all_ops(fn):
+        if not isinstance(op, CallOp):
+            continue
+        # (the items of a list are not known as models here: ``m.eval()`` on the loop variable)
+        mode = op.info if op.kind == MODE else op.attr if op.kind is None and not op.args else None
+        lp = op.loop
+        if mode not in ("train", "eval") or lp is None or not op.recv:
+            continue
+        if lp.is_while or not isinstance(lp.target, cst.Name) or op.recv != lp.target.value \
+                or not isinstance(lp.iter, cst.Name) or lp.iter.value not in keys:
+            continue
+        key = lp.iter.value
+        by, lit = "", ""
+        for br, arm in op.guards:
+            t = getattr(br, "test", None)
+            if arm == 0 and isinstance(t, cst.Comparison) and len(t.comparisons) == 1 \
+                    and type(t.comparisons[0].operator).__name__ == "Equal" \
+                    and isinstance(t.left, cst.Name) and t.left.value in keys \
+                    and isinstance(t.comparisons[0].comparator, cst.SimpleString) and not by:
+                by, lit = t.left.value, t.comparisons[0].comparator.evaluated_value
+            elif not (isinstance(t, cst.Comparison) and isinstance(t.left, cst.Name) and t.left.value == lp.target.value):
+                bad.add(key)  # (``if m is None: continue`` is no choice of mode)
+        prev = out.get(key)
+        if prev is None:
+            out[key] = [by, {lit: mode}]
+        elif prev[0] != by or prev[1].get(lit, mode) != mode:
+            bad.add(key)
+        else:
+            prev[1][lit] = mode
+    return {k: v for k, v in out.items() if k not in bad}
+
+
 def function_events(fn, kinds) -> list:
     return [op for op in all_ops(fn) if isinstance(op, CallOp) and op.kind in kinds]
 
@@ -491,6 +571,7 @@ def summarize(mm, fn) -> dict:
         "free": sorted({k.split(".", 1)[0] for k in list(exit_modes) + sorted(trains_in_entry)
                         + sorted(evals_in_entry) if k.split(".", 1)[0] in free}),
         "exit_modes": exit_modes,
+        "each_modes": _each_modes(fn, keys),
         "return_modes": _return_modes(mm, fn, flow, where) if not fn.is_module_level else {},
         "trains_in_entry": sorted(trains_in_entry),
         "evals_in_entry": sorted(evals_in_entry),
