@@ -347,6 +347,42 @@ def test_values_returned_by_helpers_carry_their_facts(tmp_path):
     assert mm.value_origin(mm.functions["main"], cst.Name("total")) is None
 
 
+def test_tuple_returned_by_a_helper_keeps_each_items_facts(tmp_path):
+    """``logits, loss, acc = compute_loss(model, x, y)`` where the helper returns the logits,
+    the loss and ``acc.item()``: the logits and the loss carry the graph, the accuracy does not
+    (as ``return output, loss.data[0]`` in the char-RNN tutorials); read from the summary of
+    another module, and in the same module."""
+    helper = """
+        import torch.nn.functional as F
+
+
+        def compute_loss(model, x, y):
+            logits = model(x)
+            loss = F.cross_entropy(logits, y)
+            acc = (logits.argmax(dim=1) == y).float().mean()
+            return logits, loss, acc.item()
+    """
+    loop = """
+        def main(model, loader, optimizer, epochs):
+            accs, kept = [], []
+            for epoch in range(epochs):
+                for x, y in loader:
+                    optimizer.zero_grad()
+                    logits, loss, acc = compute_loss(model, x, y)
+                    loss.backward()
+                    optimizer.step()
+                    accs.append(acc)
+                    kept.append(logits)
+    """
+    paths = write(tmp_path / "two", {"steps.py": helper,
+                                     "main.py": "from steps import compute_loss\n\n" + textwrap.dedent(loop)})
+    found = lint(paths)
+    assert codes(found) == {"main.py": ["TL502:13"]}
+    assert "`kept`" in found["main.py"][0][2]
+    paths = write(tmp_path / "one", {"train.py": textwrap.dedent(helper) + "\n" + textwrap.dedent(loop)})
+    assert codes(lint(paths)) == {"train.py": ["TL502:20"]}
+
+
 def test_collate_fn_of_another_module_moves_batches(tmp_path):
     paths = write(tmp_path, {
         "data.py": """

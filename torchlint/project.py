@@ -127,8 +127,12 @@ def project_answer(aspect, summary: Optional[dict]):
         return summary
     if aspect in (Aspect.RET, Aspect.RETB):
         keep = RETURN_KEEP | RETURN_TOLD | ({"param_in", "moved"} if aspect == Aspect.RETB else set())
-        return sorted(set(summary.get("returns", ())) & keep) or None
-    d = {k: v for k, v in summary.items() if k != "returns"}
+        whole = sorted(set(summary.get("returns", ())) & keep)
+        items = [sorted(set(i) & keep) for i in summary.get("returns_items") or ()]
+        if any(items):  # a caller unpacking the returned tuple reads each item's facts
+            return [whole, items]
+        return whole or None
+    d = {k: v for k, v in summary.items() if k not in ("returns", "returns_items")}
     return d if summary_has_effects(d) else None
 
 

@@ -810,6 +810,18 @@ class ModuleModel:
             self._return_facts[id(fn)] = out
         return out
 
+    def return_item_facts(self, fn: FunctionModel) -> Optional[tuple]:
+        """The facts of each item when every ``return`` of ``fn`` with a value returns a tuple
+        of the same length (``return output, loss.item()``), else ``None``."""
+        self.ensure_dataflow(fn)
+        out = None
+        for op in all_ops(fn):
+            if isinstance(op, ReturnOp) and op.value is not None:
+                if not op.item_facts or (out is not None and len(out) != len(op.item_facts)):
+                    return None
+                out = op.item_facts if out is None else tuple(a | b for a, b in zip(out, op.item_facts))
+        return out
+
     _RETURN_KEEP = RETURN_KEEP
 
     def call_result_facts(self, fn: FunctionModel, op: CallOp, arg_facts=()) -> frozenset:
@@ -831,6 +843,25 @@ class ModuleModel:
         if ("param_in" in ret or "moved" in ret) and any("batch" in a for a in arg_facts):
             out = out | {"batch"}
         return frozenset(out)
+
+    def call_result_item_facts(self, fn: FunctionModel, op: CallOp, arg_facts=()) -> Optional[tuple]:
+        """The facts of each item of the tuple a call of a function of the linted tree returns
+        (those :meth:`call_result_facts` keeps for the whole value), or ``None`` when the
+        function does not always return a tuple of one length."""
+        target = op.info
+        if isinstance(target, FunctionModel):
+            if target.is_module_level:
+                return None
+            items = self.return_item_facts(target)
+        elif isinstance(target, ExternalRef):
+            batch = any("batch" in a for a in arg_facts)
+            s = self.summary_of(target, "retb" if batch else "ret")
+            items = tuple(frozenset(i) for i in s.get("returns_items", ())) if s else None
+        else:
+            return None
+        if not items:
+            return None
+        return tuple(frozenset(ret & self._RETURN_KEEP) for ret in items)
 
     def describe_call(self, op) -> Optional[str]:
         """``"`evaluate()` (engine.py:41)"`` for a call of a function of the linted tree (for

@@ -345,6 +345,9 @@ class Dataflow:
         if isinstance(op, ReturnOp):
             if op.value is not None:
                 op.value_facts = self.facts(op.value, env)
+                if isinstance(op.value, cst.Tuple) and op.value.elements and \
+                        not any(isinstance(el, cst.StarredElement) for el in op.value.elements):
+                    op.item_facts = tuple(self.facts(el.value, env) for el in op.value.elements)
                 if "moved_inplace" in op.value_facts:
                     # ``for k in batch: batch[k] = batch[k].to(device)``; ``return batch``
                     op.value_facts = op.value_facts | {"moved"}
@@ -409,9 +412,16 @@ class Dataflow:
             return
         if isinstance(target, (cst.Tuple, cst.List)):
             elts = [e.value for e in target.elements]
+            items = self._call_items(value, len(elts), env) if isinstance(value, cst.Call) else None
             if isinstance(value, (cst.Tuple, cst.List)) and len(value.elements) == len(elts):
                 for te, ve in zip(elts, value.elements):
                     self._bind(te, ve.value, self.facts(ve.value, env), env)
+            elif items is not None:
+                # ``output, loss = train(x, y)`` where ``train`` returns ``output, loss.item()``:
+                # an item loses what the whole value carries only through another item
+                elem = vf - {"loss"} if "batch" not in vf else frozenset({"batch"} | (vf & {"moved"}))
+                for te, f in zip(elts, items):
+                    self._bind(te, None, elem - (_ITEM_ONLY - f), env)
             else:
                 elem = vf - {"loss"} if "batch" not in vf else frozenset({"batch"} | (vf & {"moved"}))
                 for i, te in enumerate(elts):
@@ -427,6 +437,15 @@ class Dataflow:
         d = dotted(target)
         if d:
             env[d] = vf
+
+    def _call_items(self, value: cst.Call, n: int, env) -> Optional[tuple]:
+        """The facts of each item of the tuple a call of a tree function returns, when every
+        ``return`` of it is a tuple of ``n`` items."""
+        op = self.call_ops.get(id(value))
+        if op is None or op.kind != CALL:
+            return None
+        items = self.mm.call_result_item_facts(self.fn, op, [self.facts(a.value, env) for a in value.args])
+        return items if items is not None and len(items) == n else None
 
     # ---------------------------------------------------------------- expressions
     def facts(self, e, env) -> frozenset:
@@ -835,6 +854,11 @@ def _in_module_method(mm, fn) -> bool:
 
 
 _PARAM_ITER_METHODS = ("parameters", "named_parameters")
+
+
+# facts of a returned tuple that belong to the items that carry them (the others are detached,
+# numbers or batches): ``return output, loss.item()``
+_ITEM_ONLY = frozenset({"graph", "model_out", "probs", "logprobs", "sigmoid", "logits", "saves_out"})
 
 
 def _is_param_iter(it) -> bool:

@@ -591,6 +591,8 @@ def summarize(mm, fn) -> dict:
         "sched_step": bool(function_events(fn, (SCHED_STEP,))) or any(s.get("sched_step") for s in sub),
         "grad": fn.decorator_grad,
         "returns": sorted(mm.return_facts(fn) | _cpu_tensor_fact(mm, fn)),
+        # each item's facts when every return is a tuple of one length (``return out, loss.item()``)
+        "returns_items": _items(mm.return_item_facts(fn)),
         "forward": bool(function_events(fn, (FORWARD,))) or any(s.get("forward") for s in sub),
         "moves": any(op.kind == "move" for op in all_ops(fn) if isinstance(op, CallOp))
         or any(s.get("moves") for s in sub),
@@ -603,6 +605,11 @@ def _cpu_tensor_fact(mm, fn) -> frozenset:
     from . import resources
 
     return frozenset({resources.CPU_TENSOR}) if resources.get(mm).returns_cpu_tensor(fn) else frozenset()
+
+
+def _items(items: Optional[tuple]) -> list:
+    """A summary's ``returns_items``: empty unless some item carries a fact."""
+    return [sorted(i) for i in items] if items and any(items) else []
 
 
 def _backward_condition(fn, calls, sub) -> Optional[list]:

@@ -98,6 +98,8 @@ class AssignOp(Op):
 class ReturnOp(Op):
     value: Optional[cst.BaseExpression] = None
     value_facts: frozenset = frozenset()
+    # ``return a, b``: the facts of each item (a caller unpacking the tuple binds them apart)
+    item_facts: tuple = ()
 
 
 @dataclass(eq=False)
