@@ -10,14 +10,15 @@ from torchlint.model.binder import dotted
 from torchlint.model.dataflow import code_children
 from torchlint.model.flow import norm_path
 from torchlint.model.ir import (
-    AUTOGRAD_GRAD, BACKWARD, CALL, CLEAR, FORWARD, LOSS, SCHED_STEP, STEP, AssignOp, CallOp, LoopOp, all_ops,
+    BACKWARD, CALL, CLEAR, FORWARD, LOSS, SCHED_STEP, STEP, AssignOp, CallOp, LoopOp, all_ops,
 )
 from torchlint.model.paths import path_in_order
 from torchlint.model.queries import (
     analysable_functions, clear_covers, clears, exclusive, first_direct, grads_handed_off, guards_inside,
     is_accumulation_test, is_kind, iteration, leaves_iteration, local_function, manual_update,
     optimizer_owners_text, optimizer_paths, optimizer_wrapper_call, passes_as_argument,
-    carried_clears, clears_on_some_paths, implicit_loop, unguarded_in, unit_body,
+    carried_clears, clears_on_some_paths, implicit_loop, may_compute_gradients, scheduler_optimizer,
+    step_applies_no_gradients, stepped_on_every_path_before, unguarded_in, unit_body,
 )
 from torchlint.rule import Report, Rule
 
@@ -76,7 +77,10 @@ for x, y in loader:
     loss.backward()
     optimizer.step()
 """
-    known_problems = "`optimizer.step(closure)` (LBFGS) runs backward inside the closure and is not flagged."
+    known_problems = ("`optimizer.step(closure)` (LBFGS) runs backward inside the closure and is not flagged; "
+                      "nor is an empty step whose gradients were just cleared on every path to it "
+                      "(`optimizer.zero_grad(); optimizer.step()` before training, so that a warm-up "
+                      "scheduler may step first) when the backward after it has a step of its own.")
     fix_safety = "unsafe"
     fix_doc = ("Moves the step (and a `scaler.update()` right after it) below the statement that "
                "runs the backward, when both are in the same block. Unsafe: code between them that "
@@ -98,6 +102,8 @@ for x, y in loader:
             # arm the step's own arm excludes)
             later = next((o for o in seq[i + 1:] if is_kind(mm, o, BACKWARD)
                           and path_in_order(mm, fn, block, (lambda x: x is op, lambda x, o=o: x is o))), None)
+            if later is not None and step_applies_no_gradients(mm, fn, op) and _stepped_after(mm, fn, later, op):
+                continue  # a no-op step (its gradients were just cleared); the backward has its own
             if later is not None:
                 where = "this iteration" if op.loop is not None else f"`{fn.name}()`"
                 via = mm.describe_call(later)  # the backward runs in a helper: name it
@@ -105,6 +111,14 @@ for x, y in loader:
                 yield Report(op.node, f"`{_src(op)}` runs before {bwd} {_line(mm, later)} "
                              f"in {where}, so it applies the previous batch's gradients",
                              fix=_move_step_after(fn, op, later), scope=fn.qualname)
+
+
+def _stepped_after(mm, fn, bwd, besides) -> bool:
+    """A step other than ``besides`` follows the backward ``bwd`` on a path through its own
+    iteration: its gradients are applied there."""
+    block = unit_body(fn, bwd.loop)
+    return path_in_order(mm, fn, block, (lambda x: x is bwd,
+                                         lambda x: x is not besides and is_kind(mm, x, STEP)))
 
 
 def _move_step_after(fn, step, backward):
@@ -519,6 +533,10 @@ for epoch in range(epochs):
         optimizer.step()
     scheduler.step()
 """
+    known_problems = ("A scheduler step that an optimizer step precedes on every path from the start "
+                      "of the function is not flagged: an empty `optimizer.zero_grad(); optimizer.step()` "
+                      "before the epoch loop (a warm-up from a learning rate of 0 stepped at the start of "
+                      "each epoch) is a deliberate order, and PyTorch does not warn about it.")
     fix_safety = "unsafe"
     fix_doc = ("Moves `scheduler.step()` below the statement of the same block that steps the optimizer "
                "(below the inner batch loop for a scheduler stepped at the start of each epoch). "
@@ -550,6 +568,9 @@ for epoch in range(epochs):
                 i = seq.index(op)
                 if any(is_kind(mm, o, STEP) for o in seq[:i]):
                     continue
+                if stepped_on_every_path_before(mm, fn, op, scheduler_optimizer(mm, fn, op.recv)
+                                                if op.kind == SCHED_STEP else None):
+                    continue  # the optimizer has stepped before (a step before the epoch loop)
                 later = next((o for o in seq[i + 1:] if is_kind(mm, o, STEP)
                               and path_in_order(mm, fn, block, (lambda x: x is op, lambda x, o=o: x is o))), None)
                 if later is not None and id(node) not in reported:
@@ -631,7 +652,7 @@ for x, y in loader:
                 continue
             if not any(isinstance(o, CallOp) and o.kind in (LOSS, FORWARD) for o in seq):
                 continue
-            if any(_may_compute_gradients(mm, o) for o in seq):
+            if any(may_compute_gradients(mm, o) for o in seq):
                 continue
             reported.add(id(op))
             where = "this loop" if op.loop is not None else f"`{fn.name}()`"
@@ -659,23 +680,6 @@ def _insert_backward(fn, step):
                                          f"Insert `{name}.backward()` after the loss is computed", "unsafe")
         return None
     return make
-
-
-def _may_compute_gradients(mm, o) -> bool:
-    """``o`` computes or writes gradients (in any spelling), or calls code of the tree whose
-    effects are unknown."""
-    if isinstance(o, AssignOp):
-        return any(isinstance(t, cst.Attribute) and t.attr.value == "grad" for t in o.targets)
-    if not isinstance(o, CallOp):
-        return False
-    if is_kind(mm, o, BACKWARD) or is_kind(mm, o, AUTOGRAD_GRAD):
-        return True
-    if o.kind == CALL and not mm.summary_of(o.info):
-        return True
-    names = f"{o.func or ''} {o.qual or ''}"
-    if "backward" in names or "autograd" in names or "grad" == (o.attr or "") or "scale_loss" in names:
-        return True
-    return bool(o.recv and o.recv.endswith((".grad", ".grad.data")) and o.attr not in ("zero_",))
 
 
 _CUTS = ("detach", "item", "numpy", "tolist", "sample", "argmax", "argmin", "long", "int", "bool")

@@ -227,6 +227,47 @@ class Trainer:
     assert lint(src) == [("TL105", 19)]
 
 
+WARMUP = HEADER + """
+def main(loader, epochs=3):
+    model = Net()
+    encoder_opt = torch.optim.SGD(model.fc.parameters(), lr=0.1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    warmup = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda e: min(1.0, e / 5))
+    PRE
+    for epoch in range(epochs):
+        warmup.step()
+        for x, y in loader:
+            optimizer.zero_grad()
+            nn.functional.cross_entropy(model(x), y).backward()
+            optimizer.step()
+"""
+
+
+@pytest.mark.parametrize("pre, expected", [
+    # an empty step of the scheduler's optimizer before the loop: stepped on every path
+    ("optimizer.zero_grad(); optimizer.step()", []),
+    # no step before the loop, a step of another optimizer, a step only on some paths
+    ("optimizer.zero_grad()", [("TL105", 21)]),
+    ("encoder_opt.zero_grad(); encoder_opt.step()", [("TL105", 21)]),
+    ("if epochs > 10: optimizer.zero_grad(); optimizer.step()", [("TL105", 21)]),
+])
+def test_scheduler_at_epoch_start_after_a_step_before_the_loop(lint, pre, expected):
+    assert lint(WARMUP.replace("PRE", pre)) == expected
+
+
+@pytest.mark.parametrize("pre, expected", [
+    # the gradients were just cleared: an empty step, and the backward has its own step
+    ("optimizer.zero_grad(); optimizer.step()", []),
+    # no clear before it (gradients of an earlier backward may be there), or a clear of
+    # another optimizer's gradients
+    ("optimizer.step()", [("TL101", 19)]),
+    ("encoder_opt.zero_grad(); optimizer.step()", [("TL101", 19)]),
+])
+def test_empty_step_before_the_training_loop(lint, pre, expected):
+    src = WARMUP.replace("PRE", pre)
+    assert [f for f in lint(src) if f[0] == "TL101"] == expected
+
+
 def test_plateau_scheduler_after_validation_is_quiet(lint):
     src = HEADER + """
 def main(loader, val_loader, epochs=3):

@@ -19,7 +19,7 @@ arm, ``if (i + 1) % k == 0:`` does not).
 one iteration of an implicit loop (a Lightning ``training_step``); the states at the end of
 an iteration (fall-through, ``continue``, and for a function ``return``) start the next
 one, through ``carry``.  The queries rules use are at the end: :func:`runs_on_every_path`,
-:func:`path_without`.
+:func:`path_without`, :func:`states_before`.
 """
 from __future__ import annotations
 
@@ -271,6 +271,20 @@ def iterate(mm, fn, loop: Optional[LoopOp], transfer: Transfer, init: Iterable[S
 
 
 # ------------------------------------------------------------------------ queries
+def states_before(mm, fn, ops, transfer: Transfer, init: Iterable[State], target) -> set:
+    """The query's states on the paths through ``ops`` that reach the op ``target``, as they
+    are just before it (every iteration of the loops around it: the first one starts with
+    what ran before the loop)."""
+    seen: set = set()
+
+    def t(s, op):
+        if op is target:
+            seen.add(s)
+        return transfer(s, op)
+    run(mm, fn, ops, t, init)
+    return seen
+
+
 def runs_on_every_path(mm, fn, ops, pred: Callable[[object], bool]) -> bool:
     """Every path through ``ops`` that completes it (falls through or ``continue``s) runs an
     op for which ``pred`` holds: ``if scaler: scaler.scale(loss).backward() else:

@@ -455,6 +455,72 @@ def clear_covers(mm, fn, c, step: CallOp, must: bool, n_opts: int = 1, stepped=f
     return unknown
 
 
+def may_compute_gradients(mm, o) -> bool:
+    """``o`` computes or writes gradients (in any spelling), or calls code of the tree whose
+    effects are unknown."""
+    if isinstance(o, AssignOp):
+        return any(isinstance(t, cst.Attribute) and t.attr.value == "grad" for t in o.targets)
+    if not isinstance(o, CallOp):
+        return False
+    if is_kind(mm, o, BACKWARD) or is_kind(mm, o, AUTOGRAD_GRAD):
+        return True
+    if o.kind == CALL and not mm.summary_of(o.info):
+        return True
+    names = f"{o.func or ''} {o.qual or ''}"
+    if "backward" in names or "autograd" in names or "grad" == (o.attr or "") or "scale_loss" in names:
+        return True
+    return bool(o.recv and o.recv.endswith((".grad", ".grad.data")) and o.attr not in ("zero_",))
+
+
+def step_applies_no_gradients(mm, fn, step: CallOp) -> bool:
+    """On every path from the start of ``fn`` to ``step``, the last thing done to the
+    gradients its optimizer applies is a clear of them (``optimizer.zero_grad()``), with
+    nothing after it that may produce gradients: the step has none to apply (a deliberate
+    ``optimizer.zero_grad(); optimizer.step()`` before training, so that a warm-up scheduler
+    may step first without PyTorch's warning)."""
+    from .paths import states_before
+
+    def t(cleared, op):
+        if op is step:
+            return cleared
+        if isinstance(op, CallOp) and op.kind == CLEAR and clear_covers(mm, fn, op, step, must=True):
+            return True
+        return False if may_compute_gradients(mm, op) else cleared
+    got = states_before(mm, fn, fn.body, t, (False,), step)
+    return bool(got) and all(got)
+
+
+def stepped_on_every_path_before(mm, fn, op, optimizer: Optional[str] = None) -> bool:
+    """An optimizer step (of ``optimizer``, when it is known) runs on every path from the
+    start of ``fn`` to ``op``, in the first iteration of the loops around ``op`` too: a
+    scheduler stepped at the top of each epoch after a step before the loop is not stepped
+    before the optimizer."""
+    from .paths import states_before
+
+    def is_step(o) -> bool:
+        if not is_kind(mm, o, STEP) or o is op:
+            return False
+        if optimizer is None or o.kind != STEP or o.target is None:
+            return True
+        return norm_path(o.target) == optimizer
+    got = states_before(mm, fn, fn.body, lambda s, o: s or is_step(o), (False,), op)
+    return bool(got) and all(got)
+
+
+def scheduler_optimizer(mm, fn, path: Optional[str]) -> Optional[str]:
+    """The optimizer a scheduler was built on (``StepLR(optimizer, ...)``: its first argument,
+    a name), when its definition is seen."""
+    d = mm.resolver.definition(fn, path) if path else None
+    v = d[1] if d else None
+    if not isinstance(v, cst.Call) or not v.args:
+        return None
+    a = next((x for x in v.args if x.keyword is not None and x.keyword.value == "optimizer"), v.args[0])
+    if (a.keyword is None or a.keyword.value == "optimizer") and not a.star \
+            and isinstance(a.value, (cst.Name, cst.Attribute)):
+        return norm_path(dotted(a.value))
+    return None
+
+
 def optimizer_owners_text(mm, fn, step: CallOp) -> Optional[str]:
     owners = mm.resolver.optimizer_owners(fn, norm_path(step.target)) if step.target else None
     if not owners:
