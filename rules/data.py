@@ -36,6 +36,23 @@ def _binding_names(mm, res, info):
     return out
 
 
+def _returned_names(mm, bindings):
+    """[(caller, path)] a name bound to the loader reaches when its function returns it
+    (``train_dl = DataLoader(...)``; ``return train_dl``; ``train_dl = self.initTrainDl()``)."""
+    from torchlint.model.ir import ReturnOp
+
+    out = []
+    for f, p in bindings:
+        if p == "<return>" or not any(isinstance(o, ReturnOp) and o.value is not None and dotted(o.value) == p
+                                      for o in all_ops(f)):
+            continue
+        for caller, cop in mm.callers(f):
+            for o in walk(caller.body):
+                if isinstance(o, AssignOp) and o.stmt is cop.stmt and o.value is not None and o.aug is None:
+                    out.extend((caller, dotted(t)) for t in o.targets if dotted(t))
+    return out
+
+
 def _returned_index(f, info):
     from torchlint.model.ir import ReturnOp
 
@@ -68,6 +85,10 @@ def training_verdict(mm, res, info):
         return True, "it is returned by the `train_dataloader` hook"
     if any(resources.is_eval_name_word(n) for n in names) and not any(resources.is_train_name(n) for n in names):
         return False, ""
+    shuffles = res.dataset_shuffling_methods(info)
+    if shuffles and any(res.loader_reshuffles(f, p, info.op.node if f is info.fn else None) & shuffles
+                        for f, p in bindings + _returned_names(mm, bindings) if p != "<return>"):
+        return False, ""  # its dataset permutes its own samples every epoch (dataset.shuffleSamples())
     sites = []
     for o in walk(info.fn.body):
         if isinstance(o, LoopOp) and not o.is_while and o.iter is not None and \
@@ -76,7 +97,8 @@ def training_verdict(mm, res, info):
     escapes = any(p == "<return>" for _f, p in bindings)
     for f, p in bindings:
         if p != "<return>":
-            sites.extend(s for s in res.loader_sites(f, p) if res.reaches_site(f, p, info.op.node, s))
+            sites.extend(s for s in res.loader_sites(f, p, bind_node=info.op.node)
+                         if res.reaches_site(f, p, info.op.node, s))
             escapes = escapes or res.loader_escapes(f, p, info.op.node)
     trains = [s for s in sites if s[1] == "train" or isinstance(s[1], LoopOp) and res.loop_trains(s[0], s[1])]
     if trains:

@@ -383,6 +383,66 @@ def test_tuple_returned_by_a_helper_keeps_each_items_facts(tmp_path):
     assert codes(lint(paths)) == {"train.py": ["TL502:20"]}
 
 
+def test_dataset_reshuffled_by_an_imported_training_function(tmp_path):
+    """TL701: the dataset class inherits a method that permutes its samples (a base class of
+    another module: class fact ``shuffles``), and the training function of a third module
+    calls it on the loader's dataset (summary ``reshuffles``), once per epoch of the caller's
+    loop; called once before the loop, the order repeats and the loader is reported."""
+    files = {
+        "windows.py": """
+            import random
+
+            from torch.utils.data import Dataset
+
+
+            class ShuffledWindows(Dataset):
+                def __init__(self, series, width):
+                    self.series, self.width = series, width
+                    self.starts = list(range(0, len(series) - width))
+
+                def shuffle_windows(self):
+                    random.shuffle(self.starts)
+
+
+            class ForecastWindows(ShuffledWindows):
+                def __len__(self):
+                    return len(self.starts)
+
+                def __getitem__(self, i):
+                    s = self.starts[i]
+                    return self.series[s:s + self.width], self.series[s + self.width]
+        """,
+        "engine.py": """
+            import torch.nn.functional as F
+
+
+            def train_epoch(model, optimizer, train_loader):
+                train_loader.dataset.shuffle_windows()
+                for x, y in train_loader:
+                    optimizer.zero_grad()
+                    F.mse_loss(model(x), y).backward()
+                    optimizer.step()
+        """,
+        "main.py": """
+            from torch.utils.data import DataLoader
+
+            from engine import train_epoch
+            from windows import ForecastWindows
+
+
+            def main(model, optimizer, series, epochs):
+                train_loader = DataLoader(ForecastWindows(series, 24), batch_size=32)
+                for epoch in range(epochs):
+                    train_epoch(model, optimizer, train_loader)
+        """,
+    }
+    assert codes(lint(write(tmp_path / "each", files))) == {}
+    call = "train_loader.dataset.shuffle_windows()\n" + " " * 16
+    files["engine.py"] = files["engine.py"].replace(call, "")
+    files["main.py"] = files["main.py"].replace("for epoch", call + "for epoch")
+    assert codes(lint(write(tmp_path / "once", files))) == {"main.py": ["TL701:8"]}
+
+
 def test_collate_fn_of_another_module_moves_batches(tmp_path):
     paths = write(tmp_path, {
         "data.py": """

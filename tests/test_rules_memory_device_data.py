@@ -465,6 +465,62 @@ def test_full_batch_loader_is_quiet(tmp_path):
     assert codes(tmp_path, src) == []
 
 
+RESHUFFLED = prog("""\
+import random
+
+import numpy as np
+
+
+class WindowDataset(torch.utils.data.Dataset):
+    def __init__(self, x, y):
+        self.x, self.y = x, y
+        self.order = list(range(len(x)))
+        random.shuffle(self.order)
+
+    def METHOD(self):
+        BODY
+
+    def __len__(self):
+        return len(self.order)
+
+    def __getitem__(self, i):
+        j = self.order[i]
+        return self.x[j], self.y[j]
+
+
+def train_epoch(model, optimizer, train_dl):
+    CALL_IN_EPOCH
+    for x, y in train_dl:
+        optimizer.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+
+
+def main(model, optimizer, x, y, epochs):
+    train_dl = DataLoader(WindowDataset(x, y), batch_size=16)
+    CALL_ONCE
+    for epoch in range(epochs):
+        train_epoch(model, optimizer, train_dl)
+""")
+
+
+@pytest.mark.parametrize("method, body, in_epoch, once, reported", [
+    # the dataset permutes its own samples, every epoch (in the function the epoch loop calls)
+    ("shuffleSamples", "random.shuffle(self.order)", "train_dl.dataset.shuffleSamples()", "pass", False),
+    ("reshuffle", "self.order = np.random.permutation(len(self.x)).tolist()",
+     "train_dl.dataset.reshuffle()", "pass", False),
+    # once before the epoch loop only (or at construction): the order repeats every epoch
+    ("shuffleSamples", "random.shuffle(self.order)", "pass", "train_dl.dataset.shuffleSamples()", True),
+    # a method whose name says shuffle but that only sorts: no evidence
+    ("shuffleSamples", "self.order.sort()", "train_dl.dataset.shuffleSamples()", "pass", True),
+])
+def test_dataset_that_reshuffles_itself_every_epoch(tmp_path, method, body, in_epoch, once, reported):
+    src = RESHUFFLED.replace("METHOD", method).replace("BODY", body).replace("CALL_IN_EPOCH", in_epoch) \
+        .replace("CALL_ONCE", once)
+    expected = [("TL701", line_of(src, "train_dl = DataLoader"))] if reported else []
+    assert codes(tmp_path, src) == expected
+
+
 # ----------------------------------------------------------------------------- TL702
 def test_argmax_without_dim_compared_with_labels(tmp_path):
     src = prog("""\

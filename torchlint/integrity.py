@@ -211,10 +211,10 @@ _SUMMARY_TYPES = {"name": str, "qualname": str, "path": str, "line": int, "param
                   "exit_modes": dict, "return_modes": dict, "trains_in_entry": list, "evals_in_entry": list,
                   "backward": bool, "backward_if": list, "autograd": bool,
                   "backward_inherits_grad": bool, "step": bool, "clear": bool, "sched_step": bool,
-                  "returns": list, "returns_items": list, "forward": bool, "moves": bool, "trains_on": list, "evaluates_on": list,
+                  "returns": list, "returns_items": list, "forward": bool, "moves": bool, "trains_on": list, "evaluates_on": list, "reshuffles": list,
                   "grad": str}
 _CLASS_TYPES = {"is_module": bool, "bases": list, "methods": list, "mode_sensitive": bool, "forward": list,
-                "iterable_dataset": bool, "plain": bool, "mode_free_if": dict}
+                "iterable_dataset": bool, "plain": bool, "mode_free_if": dict, "shuffles": list}
 
 
 def _nat(x) -> bool:

@@ -89,6 +89,7 @@ class Aspect(str, Enum):
     FWD = "fwd"  # what its forward returns (probabilities, log-probabilities, ...)
     MODE = "mode"  # is a module class known not to depend on train/eval mode
     ITERABLE = "iterable"  # is a class an iterable-style dataset (a DataLoader cannot shuffle it)
+    SHUFFLES = "shuffles"  # which methods of a dataset class permute the samples it holds
     METHOD = "method"  # which method a name on an imported class resolves to
     CALLED = "called"  # is it called from another module
     NO_GRAD_CALLERS = "nograd"  # is it called from other modules, all of them under no_grad
@@ -390,7 +391,7 @@ class ProjectIndex:
             return self.modules_under(rest)
         if aspect is Aspect.RESOLVE:
             return self.resolve(rest)
-        if aspect in (Aspect.CLASS, Aspect.FWD, Aspect.MODE, Aspect.ITERABLE):
+        if aspect in (Aspect.CLASS, Aspect.FWD, Aspect.MODE, Aspect.ITERABLE, Aspect.SHUFFLES):
             key = self.resolve(rest)
             facts = self.classes.get(key) or {}
             if aspect is Aspect.CLASS:  # is it an nn.Module
@@ -399,6 +400,8 @@ class ProjectIndex:
                 v = sorted(facts.get("forward") or ()) or None
             elif aspect is Aspect.ITERABLE:
                 v = ["iterable"] if facts.get("iterable_dataset") else None
+            elif aspect is Aspect.SHUFFLES:
+                v = sorted(facts.get("shuffles") or ()) or None
             else:  # a module class known not to depend on the mode (unknown: it may)
                 v = None
                 if facts.get("is_module") and facts.get("mode_sensitive") is False:

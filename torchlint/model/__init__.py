@@ -1022,6 +1022,10 @@ class ModuleModel:
             facts = {"is_module": is_module, "bases": bases, "methods": sorted(cls.methods)}
             if not is_module and _resources.get(self).class_iterable(cls.qualname):
                 facts["iterable_dataset"] = True  # DataLoader(shuffle=True) would raise on it
+            if not is_module:
+                shuffles = _resources.get(self).class_shuffling_methods(cls.qualname)
+                if shuffles:  # methods that permute its samples (a dataset reshuffled per epoch)
+                    facts["shuffles"] = sorted(shuffles)
             if is_module:
                 try:  # does it behave differently in train and eval mode (dropout, batch norm)?
                     facts["mode_sensitive"] = self.resolver.class_mode_sensitive(cls)

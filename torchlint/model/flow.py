@@ -598,6 +598,9 @@ def summarize(mm, fn) -> dict:
         or any(s.get("moves") for s in sub),
         # loader parameters it iterates in a training loop / only in evaluation loops (TL701)
         **dict(zip(("trains_on", "evaluates_on"), _loader_params(mm, fn))),
+        # [parameter, method, in a loop]: methods it calls on the dataset of a loader parameter
+        # (``train_dl.dataset.shuffleSamples()``; TL701)
+        "reshuffles": _reshuffled_params(mm, fn),
     }
 
 
@@ -666,6 +669,12 @@ def _loader_params(mm, fn) -> tuple:
     from . import resources
 
     return resources.get(mm).trains_on_params(fn)
+
+
+def _reshuffled_params(mm, fn) -> list:
+    from . import resources
+
+    return resources.get(mm).reshuffled_params(fn)
 
 
 def _loop_or_outer_trains(loop) -> bool:

@@ -197,6 +197,50 @@ class Accumulation:
         self.facts, self.how, self.loops = facts, how, loops
 
 
+def _literal_loop_aliases(fn, path: str) -> set:
+    """Names a loop of ``fn`` binds to the loader ``path`` by walking a literal list of
+    loaders: ``for name, loader in [("train", train_loader), ("val", val_loader)]`` binds
+    ``loader``; ``for loader in (train_loader, val_loader)`` too."""
+    out = set()
+    for o in all_ops(fn):
+        if not isinstance(o, LoopOp) or o.is_while or not isinstance(o.iter, (cst.List, cst.Tuple)):
+            continue
+        for el in o.iter.elements:
+            v = el.value
+            if isinstance(v, (cst.Name, cst.Attribute)) and dotted(v) == path and dotted(o.target):
+                out.add(dotted(o.target))
+            elif isinstance(v, (cst.Tuple, cst.List)) and isinstance(o.target, (cst.Tuple, cst.List)) \
+                    and len(v.elements) == len(o.target.elements):
+                for ve, te in zip(v.elements, o.target.elements):
+                    if isinstance(ve.value, (cst.Name, cst.Attribute)) and dotted(ve.value) == path \
+                            and dotted(te.value):
+                        out.add(dotted(te.value))
+    return out
+
+
+_SHUFFLE_CALLS = ("random.shuffle", "numpy.random.shuffle", "np.random.shuffle")
+_PERMUTE_CALLS = ("random.sample", "numpy.random.permutation", "np.random.permutation", "torch.randperm",
+                  "sklearn.utils.shuffle")
+
+
+def _permutes_own_samples(fn) -> bool:
+    """``fn`` (a method) permutes a list or array the instance holds: ``random.shuffle(self.x)``
+    (or a generator's ``self.rng.shuffle(self.x)``), ``self.x = random.sample(self.x, k)``,
+    ``self.order = torch.randperm(n)``."""
+    for o in all_ops(fn):
+        if isinstance(o, CallOp) and o.args and (o.qual in _SHUFFLE_CALLS or o.attr == "shuffle"):
+            first = dotted(o.args[0].value) or ""
+            if first.startswith("self."):
+                return True
+        if isinstance(o, AssignOp) and o.value is not None and o.aug is None \
+                and any((dotted(t) or "").startswith("self.") for t in o.targets):
+            for n in subnodes(o.value):
+                name = dotted(n.func) or "" if isinstance(n, cst.Call) else ""
+                if name in _PERMUTE_CALLS or name.endswith((".permutation", ".shuffle")) or name == "randperm":
+                    return True
+    return False
+
+
 class LoaderInfo:
     """A ``DataLoader(...)`` construction."""
 
@@ -746,6 +790,104 @@ class Resources:
             return True
         return False
 
+    def class_shuffling_methods(self, name: str, depth: int = 0) -> frozenset:
+        """Methods of the dataset class ``name`` (its own or inherited, here or in another tree
+        module) that permute the samples the instance holds: ``random.shuffle(self.pos_list)``,
+        ``self.order = torch.randperm(len(self.items))``; ``__init__`` is not one (a shuffle at
+        construction fixes one order for every epoch)."""
+        if not name or depth > 5:
+            return frozenset()
+        cls = self.mm.find_class(name)
+        if cls is None:
+            facts = self.mm.external_class(name, "shuffles") or {}
+            return frozenset(facts.get("shuffles") or ())
+        out = {m for m, f in cls.methods.items() if m != "__init__" and _permutes_own_samples(f)}
+        for raw in cls.raw_bases:
+            if self.mm.find_class(raw) is not cls:
+                out |= self.class_shuffling_methods(raw, depth + 1)
+        return frozenset(out)
+
+    def dataset_shuffling_methods(self, info: LoaderInfo) -> frozenset:
+        """The shuffling methods (:meth:`class_shuffling_methods`) of the dataset classes a
+        loader is built on (every value its dataset argument may have must be one)."""
+        ds = _dataset_arg(info.op.node)
+        if ds is None:
+            return frozenset()
+        out = None
+        for _owner, v in self._dataset_values(info.fn, ds):
+            name = dotted(v.func) if isinstance(v, cst.Call) else None
+            m = self.class_shuffling_methods(name) if name else frozenset()
+            out = m if out is None else out & m
+        return out or frozenset()
+
+    def loader_reshuffles(self, fn, path: str, bind_node=None) -> set:
+        """Methods called on the dataset of the loader ``path`` of ``fn`` once per epoch
+        (``train_dl.dataset.shuffleSamples()`` in the training function, which the epoch
+        loop calls; through helpers it is passed to, here or in other modules)."""
+        return {m for m, looped in self._reshuffles(fn, path, 0, set(), bind_node) if looped}
+
+    def reshuffled_params(self, fn) -> list:
+        """``[[parameter, method, in a loop]]``: the dataset methods ``fn`` calls on the
+        loaders passed to it (for callers: ``loader_reshuffles``)."""
+        out = set()
+        for p in fn.params:
+            if p.startswith("*") or p in ("self", "cls"):
+                continue
+            for m, looped in self._reshuffles(fn, p, 0, set(), None):
+                out.add((p, m, looped))
+        return [list(t) for t in sorted(out)]
+
+    def _reshuffles(self, fn, path: str, depth: int, seen: set, bind_node) -> set:
+        """{(method, whether a loop runs it)} called on ``path``'s ``.dataset``."""
+        key = (id(fn), path)
+        if key in seen or depth > 3:
+            return set()
+        seen.add(key)
+        span = self._binding_span(fn, path, bind_node) if bind_node is not None else None
+        pos = self._positions(fn) if span is not None else None
+        out = set()
+        target = path + ".dataset"
+        for f in self._loader_scopes(fn, path):
+            for o in all_ops(f):
+                if not isinstance(o, CallOp):
+                    continue
+                if f is fn and span is not None and not span[0] < pos.get(id(o), span[0]) < span[1]:
+                    continue
+                if o.recv == target and o.attr:
+                    out.add((o.attr, o.loop is not None))
+                    continue
+                if o.kind != CALL or isinstance(o.info, str):
+                    continue
+                for i, a in enumerate(o.args):
+                    if dotted(a.value) != path:
+                        continue
+                    callee = o.info
+                    if not hasattr(callee, "body"):
+                        sm = self.mm.summary_of(callee)
+                        param = self._param_for(sm.get("params", []) if sm else [], o, i, a)
+                        for entry in (sm or {}).get("reshuffles", ()):
+                            if len(entry) == 3 and entry[0] == param:
+                                out.add((entry[1], bool(entry[2]) or o.loop is not None))
+                        continue
+                    params = [p for p in callee.params if not p.startswith("*")]
+                    param = self._param_for(params, o, i, a)
+                    if param is not None:
+                        for m, looped in self._reshuffles(callee, param, depth + 1, seen, None):
+                            out.add((m, looped or o.loop is not None))
+        return out
+
+    def _loader_scopes(self, fn, path: str) -> list:
+        """The functions that see the loader ``path`` of ``fn`` (as ``loader_sites`` looks)."""
+        if path.startswith("self.") and fn.cls is not None:
+            scopes = list(fn.cls.methods.values())
+            for m in list(scopes):
+                scopes.extend(m.nested)
+            return scopes
+        if fn.is_module_level:
+            return [f for f in self.mm.all_functions
+                    if f.is_module_level or root_name(path) not in f.params and not self.assigns(f).get(path)]
+        return [fn] + list(fn.nested)
+
     def loader_bindings(self, info: LoaderInfo) -> list:
         """[(function, path)] the loader is bound to, and [(function, 'return')] when the
         constructing function returns it."""
@@ -765,15 +907,21 @@ class Resources:
                 out.append((fn, "<return>"))
         return out
 
-    def loader_sites(self, fn, path: str, depth: int = 0, seen=None) -> list:
+    def loader_sites(self, fn, path: str, depth: int = 0, seen=None, bind_node=None) -> list:
         """[(function, LoopOp)] iterating the loader ``path`` of ``fn`` (through helpers it is
-        passed to, attributes of the class, module globals, ``iter()``/``next()``)."""
+        passed to, attributes of the class, module globals, ``iter()``/``next()``, a literal
+        list of loaders a loop walks: ``for name, loader in [("train", train_loader), ...]``).
+        With ``bind_node``, the ops of ``fn`` itself count only where the binding of ``path``
+        whose value holds it is the name's value (a notebook that rebinds ``train_loader``:
+        the calls after the rebinding get the other loader)."""
         if seen is None:
             seen = set()
         key = (id(fn), path)
         if key in seen or depth > 3:
             return []
         seen.add(key)
+        span = self._binding_span(fn, path, bind_node) if bind_node is not None else None
+        pos = self._positions(fn) if span is not None else None
         out = []
         scopes = [fn]
         if path.startswith("self.") and fn.cls is not None:
@@ -792,7 +940,10 @@ class Resources:
                     if isinstance(v, cst.Call) and dotted(v.func) == "iter" and v.args and \
                             dotted(v.args[0].value) == path:
                         iters.add(p)
+            iters |= _literal_loop_aliases(f, path)
             for o in all_ops(f):
+                if f is fn and span is not None and not span[0] < pos.get(id(o), span[0]) < span[1]:
+                    continue  # before this loader existed, or after the name was rebound
                 if isinstance(o, LoopOp) and not o.is_while and o.iter is not None:
                     it = strip_iter_wrappers(o.iter)
                     targets = [it]
