@@ -142,10 +142,13 @@ for epoch in range(num_epochs):
 """
     known_problems = (
         "Loaders with a `sampler=`/`batch_sampler=` (distributed training), over an "
-        "`IterableDataset` or a dataset that shuffles itself, with `shuffle=` set from a "
+        "`IterableDataset` or a dataset that shuffles itself (a dataset class whose own method "
+        "permutes its samples, called on the loader's dataset every epoch: "
+        "`train_dl.dataset.shuffleSamples()`), with `shuffle=` set from a "
         "variable, or built from `**kwargs` are not flagged; neither are validation and test "
         "loaders (named val/test/eval, or iterated only in evaluation code), nor a loader whose "
-        "every use is in the file and none trains (one batch shown, statistics computed): a "
+        "every use is in the file and none trains (one batch shown, statistics computed, a "
+        "notebook's accuracy pass before the name is rebound to a shuffled loader): a "
         "module-level loader that other modules import and train on is therefore missed."
     )
     fix_safety = "unsafe"
