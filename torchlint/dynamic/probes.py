@@ -127,7 +127,8 @@ class _Opt:
     __slots__ = ("ref", "name", "steps", "touched", "ever_touched", "bw_since_step", "state", "stale",
                  "cleared_between", "last_clear", "nonzero_after_bw", "first_step_before_bw",
                  "pending101", "first_bw_site", "bw_count", "norm_after_bw", "step_site", "last_bw_site",
-                 "prev_steps_site", "window", "wiped", "scaled_by", "unscaled", "idle", "born", "born_sites")
+                 "prev_steps_site", "window", "wiped", "scaled_by", "unscaled", "idle", "born", "born_sites",
+                 "pending_empty", "await101")
 
     def __init__(self, opt):
         self.ref = weakref.ref(opt)
@@ -143,6 +144,8 @@ class _Opt:
         self.nonzero_after_bw = False
         self.first_step_before_bw = False
         self.pending101 = None
+        self.pending_empty = False  # the pending TL101 step had no gradient at all: an empty step
+        self.await101 = None  # an empty step's TL101, until the next step shows whose step it was
         self.first_bw_site = None
         self.bw_count = 0
         self.norm_after_bw = 0.0
@@ -394,6 +397,14 @@ class Probes(TorchFunctionMode):
         st.steps += 1
         k = st.steps
         st.step_site = sites
+        if st.await101 is not None:
+            # an empty step ran before the first backward; that backward's gradients are applied
+            # by this step: by the same line again (it steps before each backward), or by a step
+            # of its own elsewhere (the empty step was a deliberate one before training)
+            psites, ev = st.await101
+            st.await101 = None
+            if sites and psites and tuple(sites[0][:2]) == tuple(psites[0][:2]):
+                self.obs("TL101", psites, ev)
         if closure:
             st.touched = True
             self._after_step(st)
@@ -415,10 +426,12 @@ class Probes(TorchFunctionMode):
             if not st.ever_touched:
                 if k == 1:
                     st.first_step_before_bw = True
+                st.pending_empty = have == 0
                 st.pending101 = (sites, f"step {k}: {what} at line {line} ran before any backward(): "
                                         f"{n - have} of {n} parameters of {st.name} had no gradient (grad None)"
                                         + (f", gradient norm {_fmt(norm)}" if have else ""))
             elif norm == 0.0:
+                st.pending_empty = False
                 st.pending101 = (sites, f"step {k}: {what} at line {line} ran with all-zero gradients and no "
                                         f"backward() since the previous step")
         elif norm == 0.0 and (st.norm_after_bw > 0 or st.first_step_before_bw):
@@ -678,7 +691,11 @@ class Probes(TorchFunctionMode):
             st.nonzero_after_bw = st.norm_after_bw > 0
             if st.pending101 is not None:
                 psites, ev = st.pending101
-                self.obs("TL101", psites, ev + f"; backward() at line {line} computed them only afterwards")
+                ev += f"; backward() at line {line} computed them only afterwards"
+                if st.pending_empty:
+                    st.await101 = (psites, ev)
+                else:
+                    self.obs("TL101", psites, ev)
                 st.pending101 = None
         if cut:
             self._cut_check(cut, sites, k)
@@ -1878,6 +1895,9 @@ class Probes(TorchFunctionMode):
             self.emit("obs", step=self.backwards, **g)
         for st in self.opts.values():
             opt = st.ref()
+            if st.await101 is not None:  # no step applied that backward's gradients: TL101 stands
+                self.obs("TL101", *st.await101)
+                st.await101 = None
             if "TL108" in self.codes and opt is not None and st.steps and not st.bw_count and st.idle and \
                     st.step_site:
                 n, have, _ = self.grad_state(opt)
