@@ -766,3 +766,79 @@ def test_a_parameter_takes_the_class_its_call_sites_in_another_module_pass(tmp_p
     main.write_text(main.read_text().replace("fit(SpeakerNet(), None, None, 1)\n", "fit(make_net(), None, None, 1)\n")
                     .replace("SpeakerLogits", "SpeakerNet"))
     assert codes(lint(paths, cache=Cache(cache_dir))) == codes(lint(paths)) == {}
+
+
+STAR_UTILS = """
+    import torch
+    import torch.nn.functional as F
+    from torch.utils.data import DataLoader
+    import collections as _collections
+
+
+    def masked_mse(pred, target):
+        mask = (target != 0).float()
+        return (F.mse_loss(pred, target, reduction="none") * mask).mean()
+
+
+    def _private_helper():
+        return _collections.Counter()
+"""
+
+STAR_MAIN = """
+    from utils import *
+
+
+    def validate(model, loader):
+        model.eval()
+        total = 0.0
+        with torch.no_grad():
+            for x, y in loader:
+                total += masked_mse(model(x), y).item()
+        return total / len(loader)
+
+
+    def train(model, loader, optimizer):
+        model.train()
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss = masked_mse(model(x), y)
+            loss.backward()
+            optimizer.step()
+"""
+
+
+def test_a_star_import_binds_what_the_module_imports_and_defines(tmp_path):
+    """``from utils import *`` binds utils' torch names and functions (not ``_private`` ones),
+    and only what ``__all__`` lists when it has one; each name asked is a recorded question."""
+    paths = write(tmp_path, {"utils.py": STAR_UTILS, "main.py": STAR_MAIN})
+    assert codes(lint(paths)) == {}  # the validation loop is under utils' torch.no_grad()
+    mm = model_of(paths, str(tmp_path / "main.py"))
+    assert mm.qualify("torch.no_grad") == "torch.no_grad"
+    assert mm.qualify("F.mse_loss") == "torch.nn.functional.mse_loss"
+    assert mm.qualify("DataLoader") == "torch.utils.data.DataLoader"
+    assert mm.qualify("masked_mse") == "utils.masked_mse"
+    assert mm.qualify("_private_helper") is None and mm.qualify("_collections") is None
+    assert mm.qualify("numpy") is None
+    asked = {str(q) for q in mm.external_queries}
+    assert {"star:utils.torch", "star:utils.masked_mse"} <= asked
+
+    (tmp_path / "utils.py").write_text('__all__ = ["masked_mse"]\n' + textwrap.dedent(STAR_UTILS))
+    mm = model_of(paths, str(tmp_path / "main.py"))
+    assert mm.qualify("masked_mse") == "utils.masked_mse"
+    assert mm.qualify("torch.no_grad") is None and mm.qualify("F.mse_loss") is None
+
+
+def test_a_star_imported_module_edited_relints_its_importer(tmp_path):
+    """The names a star import binds come from the other module's exports: a cached importer
+    gets the answers of the edited module, as a cold run does."""
+    src = tmp_path / "src"
+    paths = write(src, {"utils.py": STAR_UTILS, "main.py": STAR_MAIN})
+    assert codes(lint(paths)) == codes(lint(paths, cache=Cache(str(tmp_path / "cache")))) == {}
+    # utils binds no torch for its importers any more: main's ``torch.no_grad()`` is unknown
+    (src / "utils.py").write_text('__all__ = ["masked_mse"]\n' + textwrap.dedent(STAR_UTILS))
+    cache = Cache(str(tmp_path / "cache"))
+    edited = codes(lint(paths, cache=cache))
+    assert cache.hits == 1 and edited == codes(lint(paths)) == {"main.py": ["TL203:8"]}
+    (src / "utils.py").write_text(textwrap.dedent(STAR_UTILS))
+    cache = Cache(str(tmp_path / "cache"))
+    assert codes(lint(paths, cache=cache)) == {} and cache.hits == 1

@@ -94,6 +94,7 @@ class Aspect(str, Enum):
     CALLED = "called"  # is it called from another module
     NO_GRAD_CALLERS = "nograd"  # is it called from other modules, all of them under no_grad
     RESOLVE = "resolve"  # where a key-qualified name leads through re-exports and star imports
+    STAR = "star"  # what ``from <module> import *`` binds to a name (see ``ProjectIndex.star_binding``)
     MODULES = "modules"  # the tree modules (keys, import roots) under a top-level package name
     ARGS = "args"  # what the call sites in other modules pass to a function's parameters
 
@@ -349,6 +350,24 @@ class ProjectIndex:
             seen += 1
         return qual
 
+    def star_binding(self, qual: str) -> Optional[str]:
+        """What ``from <key> import *`` binds to ``name`` (``qual`` is ``key.name``): ``qual``
+        itself for a function or class of the tree (defined there or imported from another
+        tree module), the qualified name of a library name the module imports (``torch``,
+        ``torch.nn.functional``: see ``ModuleModel.export_reexports``), ``None`` when it binds
+        nothing the project knows.  Star imports the module makes are followed."""
+        r = self.resolve(qual)
+        if r in self.summaries or r in self.classes:
+            return qual if not qual.rpartition(".")[2].startswith("_") else None
+        if r == qual:
+            return None
+        head = r
+        while head:
+            if head in self.modules:
+                return qual  # a re-export of a tree module or of its member
+            head = head.rpartition(".")[0]
+        return r
+
     def method(self, cls_qual: str, name: str, depth: int = 0) -> Optional[str]:
         """``key.Class`` + method name -> the key-qualified method, following bases."""
         facts = self.classes.get(self.resolve(cls_qual))
@@ -391,6 +410,8 @@ class ProjectIndex:
             return self.modules_under(rest)
         if aspect is Aspect.RESOLVE:
             return self.resolve(rest)
+        if aspect is Aspect.STAR:
+            return self.star_binding(rest)
         if aspect in (Aspect.CLASS, Aspect.FWD, Aspect.MODE, Aspect.ITERABLE, Aspect.SHUFFLES):
             key = self.resolve(rest)
             facts = self.classes.get(key) or {}
@@ -580,6 +601,11 @@ class ProjectView:
         if r is None:  # asked many times over (every call, every aspect): resolved once
             r = self._resolved[qual] = self._index.resolve(qual)
         return r
+
+    def star_binding(self, qual: str) -> Optional[str]:
+        """What a star import of the module binds to a name (:meth:`ProjectIndex.star_binding`)."""
+        self._ask(Aspect.STAR, qual)
+        return self._index.star_binding(qual)
 
     def summary(self, qual: str, aspect: Aspect = Aspect.EFFECTS) -> Optional[dict]:
         """The summary of the function ``qual`` leads to; the caller uses ``aspect`` of it."""

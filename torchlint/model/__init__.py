@@ -239,6 +239,7 @@ class ModuleModel:
         self.root = self.project.root_of(self.module_name, self.here)
         self._located: dict = {}
         self._dataflow_state: dict = {}
+        self.imports.star_lookup = self._star_binding
         self.binder = Binder(module, self.imports)
         self.binder.bind()
         self.classes = self.binder.classes
@@ -290,6 +291,20 @@ class ModuleModel:
     # ------------------------------------------------------------------ names
     def qualify(self, d: Optional[str]) -> Optional[str]:
         return self.imports.qualify(d)
+
+    def _star_binding(self, name: str) -> Optional[str]:
+        """The qualified name a ``from <tree module> import *`` of this module binds to
+        ``name`` (the last such import that binds it), ``None`` when none does: a function or
+        class of that module (``utils.f``, resolved as ``from utils import f`` would be) or a
+        library name it imports (``torch``)."""
+        for base in reversed(self.imports.stars):
+            key = self.project.module_key(base, self.root, self.here)
+            if key is None or key == self.module_name:
+                continue
+            got = self.project.star_binding(f"{key}.{name}")
+            if got is not None:
+                return f"{base}.{name}" if got == f"{key}.{name}" else got
+        return None
 
     def find_class(self, name: str) -> Optional[ClassModel]:
         c = self.classes.get(name)
@@ -1057,6 +1072,13 @@ class ModuleModel:
                 loc = key if key is not None and key != self.module_name else None
             if loc and loc != f"{self.module_name}.{local}":
                 out[f"{self.module_name}.{local}"] = loc
+        # the PyTorch-ecosystem names a ``from <this module> import *`` binds (``torch``,
+        # ``nn``, ``F``...): an importer qualifies them as this module does
+        for local in self.imports.star_exports(self.binder.dunder_all):
+            q = self.imports.names[local]
+            k = f"{self.module_name}.{local}"
+            if k not in out and q.partition(".")[0] in catalog.TORCH_PACKAGES:
+                out[k] = q
         stars = []
         for base in getattr(self.imports, "stars", ()):
             key = self.project.module_key(base, self.root, self.here)

@@ -59,6 +59,13 @@ class ImportTable:
         # qualified module names imported (for the dependency graph)
         self.imported_modules: set[str] = set()
         self.stars: list[str] = []  # modules star-imported (``from .x import *``)
+        # what ``from <this module> import *`` would bind of the imported names: those the
+        # module's top level imports (``__all__`` is applied by ``star_exports``)
+        self.top_level: set = set()
+        # ``local name -> qualified name or None`` for a name only a star import can have bound
+        # (set by the model: it asks the star-imported modules of the tree)
+        self.star_lookup = None
+        self._star_cache: dict = {}
 
     def _resolve_relative(self, level: int, module: Optional[str]) -> str:
         base = self.module_name.split(".") if self.module_name else []
@@ -70,19 +77,22 @@ class ImportTable:
             base = base + module.split(".")
         return ".".join(base)
 
-    def add_import(self, node: cst.Import) -> None:
+    def add_import(self, node: cst.Import, top: bool = False) -> None:
         for alias in node.names:
             name = _attr_chain(alias.name)
             if not name:
                 continue
             self.imported_modules.add(name)
             if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
-                self.names[alias.asname.name.value] = name
+                local = alias.asname.name.value
+                self.names[local] = name
             else:
-                first = name.split(".")[0]
-                self.names[first] = first
+                local = name.split(".")[0]
+                self.names[local] = local
+            if top:
+                self.top_level.add(local)
 
-    def add_import_from(self, node: cst.ImportFrom) -> None:
+    def add_import_from(self, node: cst.ImportFrom, top: bool = False) -> None:
         module = _attr_chain(node.module) if node.module is not None else None
         level = len(node.relative)
         base = self._resolve_relative(level, module) if level else (module or "")
@@ -102,6 +112,8 @@ class ImportTable:
             q = f"{base}.{name}" if base else name
             self.names[local] = q
             self.imported_modules.add(q)
+            if top:
+                self.top_level.add(local)
 
     def qualify(self, name: Optional[str]) -> Optional[str]:
         if not name:
@@ -109,8 +121,22 @@ class ImportTable:
         first, _, rest = name.partition(".")
         q = self.names.get(first)
         if q is None:
-            return None
+            if not self.stars or self.star_lookup is None:
+                return None
+            # ``from utils import *`` where utils imports torch: ``torch`` is utils' torch
+            if first not in self._star_cache:
+                self._star_cache[first] = self.star_lookup(first)
+            q = self._star_cache[first]
+            if q is None:
+                return None
         return f"{q}.{rest}" if rest else q
+
+    def star_exports(self, dunder_all) -> list:
+        """The imported names ``from <this module> import *`` binds: ``__all__``'s when the
+        module has one, else every top-level import whose name has no leading underscore."""
+        if dunder_all is not None:
+            return sorted(n for n in dunder_all if n in self.names and n in self.top_level)
+        return sorted(n for n in self.top_level if not n.startswith("_") and n in self.names)
 
 
 class ClassModel:
@@ -193,6 +219,7 @@ class Binder:
         self.grad_at_import: Optional[str] = None
         self._grad_saved_by_with = 0
         self._ctx_vars: dict = {}  # names bound to grad contexts in the current function
+        self.dunder_all: Optional[set] = None  # the module's ``__all__``, when it has one
 
     # ------------------------------------------------------------------ driving
     def bind(self) -> None:
@@ -294,6 +321,7 @@ class Binder:
                 self._target_subexprs(t)
             self._emit(AssignOp(s, None, targets=targets, value=s.value))
             self._rewrapped_grad(targets, s.value)
+            self._dunder_all(targets, s.value, False)
             if len(targets) == 1 and isinstance(targets[0], cst.Name):
                 self._bind_ctx_var(targets[0].value, s.value)
             if self._cls is not None and self._fn.cls is self._cls:
@@ -304,6 +332,8 @@ class Binder:
             self._target_subexprs(s.target)
             op = type(s.operator).__name__
             self._emit(AssignOp(s, None, targets=(s.target,), value=s.value, aug=op))
+            if op == "AddAssign":
+                self._dunder_all((s.target,), s.value, True)
         elif tp is cst.AnnAssign:
             if s.value is not None:
                 self._expr(s.value)
@@ -315,9 +345,9 @@ class Binder:
                 self._expr(s.value)
             self._emit(ReturnOp(s, None, value=s.value))
         elif tp is cst.Import:
-            self.imports.add_import(s)
+            self.imports.add_import(s, self._fn.is_module_level and self._cls is None)
         elif tp is cst.ImportFrom:
-            self.imports.add_import_from(s)
+            self.imports.add_import_from(s, self._fn.is_module_level and self._cls is None)
         elif tp is cst.Del:
             pass
         elif tp is cst.Break or tp is cst.Continue:
@@ -537,6 +567,22 @@ class Binder:
             self._ctx_vars[name] = g
         else:
             self._ctx_vars.pop(name, None)
+
+    def _dunder_all(self, targets, value, extend: bool) -> None:
+        """``__all__ = ["a", "b"]`` (or ``+=``) at the top level: what a star import of this
+        module binds; a value that is not a literal list of strings binds no imported name."""
+        if not (self._fn.is_module_level and self._cls is None and len(targets) == 1
+                and isinstance(targets[0], cst.Name) and targets[0].value == "__all__"):
+            return
+        names = set()
+        if isinstance(value, (cst.List, cst.Tuple)):
+            for el in value.elements:
+                v = el.value
+                if isinstance(v, cst.SimpleString) and not isinstance(el, cst.StarredElement):
+                    names.add(v.evaluated_value)
+        if extend and self.dunder_all is not None:
+            names |= self.dunder_all
+        self.dunder_all = names
 
     def _rewrapped_grad(self, targets, value) -> None:
         """``evaluate = torch.no_grad()(evaluate)``: the decorator applied by hand to a function
