@@ -4,6 +4,7 @@ from __future__ import annotations
 import libcst as cst
 
 from torchlint.findings import Fix, Related
+from torchlint.model import catalog
 from torchlint.model.binder import dotted
 from torchlint.model.flow import ENTRY, norm_path
 from torchlint.model.ir import (
@@ -541,6 +542,10 @@ def _grad_back_on(fn, op):
         site = grad_context_site(mm, fn, op.node)
         if not isinstance(site, (cst.Decorator, cst.With)):
             return None
+        if isinstance(site, cst.With) and any(
+                isinstance(it.item, cst.Call) and mm.qualify(dotted(it.item.func) or "") in catalog.MODE_CONTEXTS
+                for it in site.items):
+            return None  # ``with eval_mode(model):`` also sets the model's mode: not ours to drop
         region = fn.node if isinstance(site, cst.Decorator) else site
         workarounds = [a.stmt for a in all_ops(fn) if _sets_requires_grad(a, op.recv)
                        and mm.span_of(region)[0] <= mm.span_of(a.stmt)[0] <= mm.span_of(region)[2]]

@@ -469,6 +469,74 @@ def test_pass(model, loader):
     assert lint(src) == [("TL203", 40)]
 
 
+def test_monai_mode_contexts_set_grad_and_mode_through_imports(lint, tmp_path):
+    # MONAI's ``eval_mode(model)`` runs its body in eval mode under no_grad and restores the
+    # mode at exit; ``train_mode(model)`` trains with grad on. Resolved through the imports:
+    # the same name bound to something else (here a local context manager) is not trusted.
+    src = HEADER + """
+from monai.networks import utils as mnu
+from monai.networks.utils import eval_mode
+
+def validate(model, loader):
+    hits = 0
+    with eval_mode(model):
+        for x, y in loader:
+            hits += (model(x).argmax(1) == y).sum().item()
+    return hits
+
+def fit(model, loader, optimizer, epochs):
+    model.train()
+    for epoch in range(epochs):
+        for x, y in loader:
+            optimizer.zero_grad()
+            nn.functional.cross_entropy(model(x), y).backward()
+            optimizer.step()
+        with eval_mode(model):
+            for x, y in loader:
+                print(model(x).argmax(1))
+
+def adapt_under_no_grad(model, loader, optimizer):
+    model.eval()
+    with torch.no_grad():
+        for x, _ in loader:
+            with mnu.train_mode(model):
+                loss = model(x).logsumexp(1).mean()
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+
+def probe(model, x):
+    with eval_mode(model):
+        model(x).sum().backward()
+"""
+    # the backward under eval_mode is reported (no fix: removing the block drops the mode switch)
+    assert lint(src) == [("TL204", 47)]
+    from torchlint.engine import LintOptions, lint_text
+
+    (tmp_path / "probe.py").write_text(src)
+    res = lint_text(str(tmp_path / "probe.py"), src, LintOptions(frozenset({"TL204"})), module_name="probe")
+    assert [(f.code, f.fix) for f in res.findings] == [("TL204", None)]
+    import libcst as cst
+    from torchlint.model import ModuleModel
+    from torchlint.model.ir import CallOp, FORWARD, GRAD_OFF, GRAD_ON, all_ops
+
+    mm = ModuleModel("train.py", "train.py", src, cst.parse_module(src), "train")
+    seen = {}
+    for fn in mm.all_functions:
+        flow = mm.flow(fn)
+        for op in all_ops(fn):
+            if isinstance(op, CallOp) and op.kind == FORWARD:
+                seen[(fn.name, mm.span_of(op.node)[0])] = (op.grad, sorted(m for m, _ in flow.at[id(op)]))
+    assert seen[("validate", 21)] == (GRAD_OFF, ["eval"])
+    assert seen[("fit", 29)] == (None, ["train"])  # the next epoch: eval_mode gave back train mode
+    assert seen[("fit", 33)] == (GRAD_OFF, ["eval"])
+    assert seen[("adapt_under_no_grad", 40)] == (GRAD_ON, ["train"])
+    local = src.replace("from monai.networks.utils import eval_mode",
+                        "from contextlib import contextmanager\n\n@contextmanager\ndef eval_mode(m):\n"
+                        "    m.eval()\n    yield m")
+    assert ("TL203", 25) in lint(local)  # the validation loop, 5 lines down
+
+
 def test_helper_with_enable_grad_called_under_no_grad_is_quiet(lint):
     src = HEADER + """
 def input_gradients(model, x):

@@ -210,6 +210,7 @@ class Binder:
         self._cls: Optional[ClassModel] = None
         self._grad: Optional[str] = None
         self._ctx: tuple = ()  # unknown context managers around (see ``Op.ctx``)
+        self._mode_ctx: tuple = ()  # library mode contexts around (see ``Op.mode_ctx``)
         self._loop: Optional[LoopOp] = None
         self._guards: tuple = ()
         self._ctx_depth = 0  # guard depth of the innermost ``with`` (or function) around
@@ -232,6 +233,8 @@ class Binder:
         op.grad = self._grad
         if self._ctx:
             op.ctx = self._ctx
+        if self._mode_ctx:
+            op.mode_ctx = self._mode_ctx
         op.loop = self._loop
         op.guards = self._guards
         self._out.append(op)
@@ -430,16 +433,16 @@ class Binder:
             self._emit(DefOp(node, None, function=fn))
         # bind the body in a fresh context
         saved = (self._fn, self._grad, self._loop, self._guards, self._out, self._fn_is_class_body,
-                 self._ctx_depth, self._ctx, self._ctx_vars)
+                 self._ctx_depth, self._ctx, self._ctx_vars, self._mode_ctx)
         self._fn, self._grad, self._loop, self._guards = fn, fn.decorator_grad, None, ()
-        self._ctx_depth, self._ctx, self._ctx_vars = 0, (), {}
+        self._ctx_depth, self._ctx, self._ctx_vars, self._mode_ctx = 0, (), {}, ()
         self._out = fn.body
         self._fn_is_class_body = False
         try:
             self._suite(node.body)
         finally:
             (self._fn, self._grad, self._loop, self._guards, self._out, self._fn_is_class_body,
-             self._ctx_depth, self._ctx, self._ctx_vars) = saved
+             self._ctx_depth, self._ctx, self._ctx_vars, self._mode_ctx) = saved
 
     _fn_is_class_body = False
 
@@ -537,24 +540,30 @@ class Binder:
             self._ctx_depth = saved_depth
 
     def _with_items(self, node: cst.With) -> None:
-        new_grad, new_ctx = self._grad, self._ctx
+        new_grad, new_ctx, new_mode_ctx = self._grad, self._ctx, self._mode_ctx
         for item in node.items:
             self._expr(item.item)
             g = self._grad_of_context(item.item)
             if g is not None:
                 new_grad, new_ctx = g, ()
+                mode = catalog.MODE_CONTEXTS.get(self.imports.qualify(dotted(item.item.func)) or "") \
+                    if type(item.item) is cst.Call else None
+                if mode is not None:  # ``with eval_mode(model, ema):`` switches those models too
+                    new_mode_ctx = new_mode_ctx + tuple(
+                        (mode, d, item.item) for d in (dotted(a.value) for a in item.item.args
+                                                       if a.keyword is None and not a.star) if d)
             elif type(item.item) is cst.Call and dotted(item.item.func):
                 d = dotted(item.item.func)
                 new_ctx = new_ctx + (self.imports.qualify(d) or d,)
             if item.asname is not None:
                 self._emit(AssignOp(item, None, targets=(item.asname.name,), value=item.item))
-        saved = self._grad, self._ctx
-        self._grad, self._ctx = new_grad, new_ctx
+        saved = self._grad, self._ctx, self._mode_ctx
+        self._grad, self._ctx, self._mode_ctx = new_grad, new_ctx, new_mode_ctx
         self._grad_saved_by_with += 1
         try:
             self._suite(node.body)
         finally:
-            self._grad, self._ctx = saved
+            self._grad, self._ctx, self._mode_ctx = saved
             self._grad_saved_by_with -= 1
 
     def _bind_ctx_var(self, name: str, value) -> None:

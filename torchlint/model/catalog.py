@@ -117,6 +117,13 @@ MODULE_SELF_METHODS = frozenset({"to", "cuda", "cpu", "train", "eval", "half", "
 GRAD_OFF_CONTEXTS = {"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad",
                      "torch.autograd.grad_mode.no_grad", "torch.autograd.inference_mode"}
 GRAD_ON_CONTEXTS = {"torch.enable_grad", "torch.autograd.enable_grad"}
+# library context managers that switch the models given to them to a mode and the grad mode
+# with it, for their body, and restore both at exit: MONAI's ``eval_mode(*nets)`` (eval,
+# under ``torch.no_grad()``) and ``train_mode(*nets)`` (train, ``set_grad_enabled(True)``)
+MODE_CONTEXTS = {"monai.networks.utils.eval_mode": "eval", "monai.networks.eval_mode": "eval",
+                 "monai.networks.utils.train_mode": "train", "monai.networks.train_mode": "train"}
+GRAD_OFF_CONTEXTS |= {q for q, m in MODE_CONTEXTS.items() if m == "eval"}
+GRAD_ON_CONTEXTS |= {q for q, m in MODE_CONTEXTS.items() if m == "train"}
 SET_GRAD_ENABLED = {"torch.set_grad_enabled", "torch.autograd.set_grad_enabled"}
 
 SOFTMAX_FUNCS = {"torch.softmax", "torch.nn.functional.softmax", "torch.Tensor.softmax",

@@ -99,34 +99,58 @@ class ModeFlow:
         return st
 
     def _op(self, op, st: State) -> State:
-        if isinstance(op, CallOp):
-            k = op.kind
-            if k == MODE and op.target:
-                t = norm_path(op.target)
-                origin = ModeOrigin(f"`{op.target}.{op.attr}()`", op.node, chosen=self._by_argument(op))
-                st = dict(st)
-                if op.info in ("train", "eval"):
-                    st[t] = frozenset({(op.info, origin)})
+        if isinstance(op, CallOp) and op.mode_ctx:
+            # inside ``with eval_mode(model):`` the model is in that mode, and at the exit back
+            # in the mode it had before the ``with``
+            view = dict(st)
+            for mode, path, node in op.mode_ctx:
+                name = dotted(node.func) or "eval_mode"
+                view[norm_path(path)] = frozenset({(mode, ModeOrigin(f"`{name}({path})`", node))})
+            out = self._call(op, view)
+            if out is view:
+                return st
+            out = dict(out)
+            for _, path, _ in op.mode_ctx:
+                p = norm_path(path)
+                if p in st:
+                    out[p] = st[p]
                 else:
-                    st[t] = frozenset({("train", origin), ("eval", origin)})
-            elif k == FORWARD and op.target:
-                self.at[id(op)] = self.modes(st, op.target)
-            elif k == CALL:
-                summ = self.mm.summary_of(op.info)
-                if summ is not None:
-                    argmap = self.mm.argmap(self.fn, op, summ)
-                    self.at_args[id(op)] = {key: self.modes(st, path) for key, path in argmap.items()}
-                    each = summ.get("each_modes") or {}
-                    if each:
-                        st = self._each_modes(op, summ, each, st)
-                    exits = summ.get("exit_modes") or {}
-                    if exits:
-                        st = dict(st)
-                        for key, entry in exits.items():
-                            path = argmap.get(key)
-                            if path is not None:
-                                st[norm_path(path)] = frozenset({(entry[0], ModeOrigin.of_exit(entry))})
-            return st
+                    out.pop(p, None)
+            return out
+        if isinstance(op, CallOp):
+            return self._call(op, st)
+        return self._other(op, st)
+
+    def _call(self, op, st: State) -> State:
+        k = op.kind
+        if k == MODE and op.target:
+            t = norm_path(op.target)
+            origin = ModeOrigin(f"`{op.target}.{op.attr}()`", op.node, chosen=self._by_argument(op))
+            st = dict(st)
+            if op.info in ("train", "eval"):
+                st[t] = frozenset({(op.info, origin)})
+            else:
+                st[t] = frozenset({("train", origin), ("eval", origin)})
+        elif k == FORWARD and op.target:
+            self.at[id(op)] = self.modes(st, op.target)
+        elif k == CALL:
+            summ = self.mm.summary_of(op.info)
+            if summ is not None:
+                argmap = self.mm.argmap(self.fn, op, summ)
+                self.at_args[id(op)] = {key: self.modes(st, path) for key, path in argmap.items()}
+                each = summ.get("each_modes") or {}
+                if each:
+                    st = self._each_modes(op, summ, each, st)
+                exits = summ.get("exit_modes") or {}
+                if exits:
+                    st = dict(st)
+                    for key, entry in exits.items():
+                        path = argmap.get(key)
+                        if path is not None:
+                            st[norm_path(path)] = frozenset({(entry[0], ModeOrigin.of_exit(entry))})
+        return st
+
+    def _other(self, op, st: State) -> State:
         if isinstance(op, ReturnOp):
             self.returns[id(op)] = (op, st)
             return st

@@ -47,6 +47,9 @@ class Op:
     # first, since the innermost known grad context): resolved by the model (user
     # ``@contextmanager`` functions that yield under no_grad, here or in another module)
     ctx: tuple = ()
+    # the library mode contexts this op runs inside (``with eval_mode(model):``): (mode, the
+    # model's dotted path, the ``with`` item's call), outermost first (see ``catalog.MODE_CONTEXTS``)
+    mode_ctx: tuple = ()
 
 
 @dataclass(eq=False)
