@@ -537,6 +537,32 @@ def probe(model, x):
     assert ("TL203", 25) in lint(local)  # the validation loop, 5 lines down
 
 
+def test_a_loop_running_a_gradient_explainer_needs_autograd(lint):
+    # pytorch-grad-cam's GradCAM backpropagates through the model on every call (under no_grad
+    # it raises); ScoreCAM only runs forwards, so its loop is an ordinary evaluation loop
+    src = HEADER + """
+from pytorch_grad_cam import GradCAM, ScoreCAM
+
+def explain(model, loader):
+    model.eval()
+    cam = GradCAM(model=model, target_layers=[model.fc])
+    for x, _ in loader:
+        pred = model(x).argmax(1)
+        print(pred, cam(input_tensor=x).max())
+
+def score(model, loader):
+    model.eval()
+    cam = ScoreCAM(model=model, target_layers=[model.fc])
+    for x, _ in loader:
+        pred = model(x).argmax(1)
+        print(pred, cam(input_tensor=x).max())
+"""
+    assert lint(src) == [("TL203", 26)]
+    assert lint(src.replace("from pytorch_grad_cam import GradCAM, ScoreCAM",
+                            "from pytorch_grad_cam.grad_cam import GradCAM\n"
+                            "from pytorch_grad_cam.score_cam import ScoreCAM")) == [("TL203", 27)]
+
+
 def test_helper_with_enable_grad_called_under_no_grad_is_quiet(lint):
     src = HEADER + """
 def input_gradients(model, x):

@@ -125,6 +125,28 @@ MODE_CONTEXTS = {"monai.networks.utils.eval_mode": "eval", "monai.networks.eval_
 GRAD_OFF_CONTEXTS |= {q for q, m in MODE_CONTEXTS.items() if m == "eval"}
 GRAD_ON_CONTEXTS |= {q for q, m in MODE_CONTEXTS.items() if m == "train"}
 SET_GRAD_ENABLED = {"torch.set_grad_enabled", "torch.autograd.set_grad_enabled"}
+# library explainers built around a model whose call runs the model and a backward through it
+# in the caller's grad mode (they do not turn gradients on themselves): under ``no_grad`` they
+# raise. By package, the classes (found in any of its submodules) that differentiate: MONAI's
+# gradient-based saliency (not ``CAM``, ``OcclusionSensitivity``), pytorch-grad-cam's gradient
+# CAMs (not ``ScoreCAM``, ``AblationCAM``, ``EigenCAM``).
+GRAD_EXPLAINERS = {
+    "monai.visualize": frozenset({"GradCAM", "GradCAMpp", "VanillaGrad", "SmoothGrad", "GuidedBackpropGrad",
+                                  "GuidedBackpropSmoothGrad"}),
+    "pytorch_grad_cam": frozenset({"GradCAM", "GradCAMPlusPlus", "XGradCAM", "EigenGradCAM", "LayerCAM",
+                                   "HiResCAM", "GradCAMElementWise", "FullGrad", "GuidedBackpropReLUModel"}),
+}
+
+
+def is_grad_explainer(qualname: Optional[str]) -> bool:
+    """``qualname`` (qualified through the imports) is a class of ``GRAD_EXPLAINERS``."""
+    if not qualname:
+        return False
+    mod, _, name = qualname.rpartition(".")
+    for pkg, names in GRAD_EXPLAINERS.items():
+        if name in names and (mod == pkg or mod.startswith(pkg + ".")):
+            return True
+    return False
 
 SOFTMAX_FUNCS = {"torch.softmax", "torch.nn.functional.softmax", "torch.Tensor.softmax",
                  "torch.special.softmax"}

@@ -243,6 +243,8 @@ def uses_autograd(mm, block, fn=None) -> bool:
             continue
         if op.kind == AUTOGRAD_GRAD or is_kind(mm, op, BACKWARD):
             return True
+        if fn is not None and op.kind is None and _calls_grad_explainer(mm, fn, op):
+            return True
         if op.kind == CALL:
             s = mm.summary_of(op.info)
             if s and s.get("autograd"):
@@ -287,6 +289,21 @@ def eval_step_helpers(mm, loop: LoopOp) -> list:
             continue
         out.append(op)
     return out
+
+
+def _calls_grad_explainer(mm, fn, op) -> bool:
+    """``cam(x)`` / ``saliency.attribute(x)`` where ``cam`` was built by a library explainer
+    that differentiates the model (``catalog.GRAD_EXPLAINERS``: MONAI's ``GradCAM``,
+    pytorch-grad-cam's ...), or such an explainer built right there."""
+    if catalog.is_grad_explainer(op.qual):
+        return True
+    for path in (op.func, op.recv):
+        if not path or "(" in path:
+            continue
+        d = mm.resolver.definition(fn, path)
+        if d is not None and isinstance(d[1], cst.Call) and catalog.is_grad_explainer(mm.qualify(dotted(d[1].func))):
+            return True
+    return False
 
 
 def lightning_eval_hook(mm, fn) -> bool:
