@@ -8,7 +8,9 @@ import libcst as cst
 
 from torchlint.model import catalog
 from torchlint.model.ir import BACKWARD, GRAD_OFF, STEP, CallOp, all_ops, walk
-from torchlint.model.queries import between_forward_and_backward, gradient_cuts, is_kind, is_scalar_tensor
+from torchlint.model.queries import (
+    between_forward_and_backward, gradient_cuts, inplace_may_be_differentiated, is_kind, is_scalar_tensor,
+)
 from torchlint.rule import Report, Rule
 
 from . import register
@@ -187,8 +189,9 @@ class GatedBlock(nn.Module):
                            "require grad (wrap the update in `with torch.no_grad():`)")
                 if msg is None or _grad_off(mm, fn, r.op):
                     continue
-                if "param" not in f and _inference_only(mm, fn):
-                    continue
+                if "param" not in f and (_inference_only(mm, fn)
+                                         or not inplace_may_be_differentiated(mm, fn, r.op, r.target)):
+                    continue  # no backward can reach the changed tensor: nothing raises
                 seen.add(id(r.node))
                 fix = _no_grad_update(fn, r) if "param" in f and msg.startswith("in-place change of parameter") \
                     else _out_of_place(r)

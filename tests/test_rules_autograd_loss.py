@@ -195,6 +195,59 @@ def test_operand_of_multiplication_modified_before_backward(lint):
     assert lint(src) == [("TL301", 13)]
 
 
+def test_inplace_on_saved_tensor_that_no_backward_reaches(lint):
+    # a notebook's top level: training first, then greedy healing of tokens where a softmax
+    # column is zeroed in place and only its argmax is kept; no backward comes after it, and
+    # nothing derived from ``probs`` leaves the loop (argmax gives indices)
+    src = """
+    import torch
+    import torch.nn.functional as F
+
+    prior = torch.nn.Sequential(torch.nn.Embedding(33, 16), torch.nn.Linear(16, 33))
+    opt = torch.optim.Adam(prior.parameters())
+    for batch in loader:
+        logits = prior(batch[:, :-1])
+        loss = F.cross_entropy(logits.flatten(0, 1), batch[:, 1:].flatten())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+    healed = tokens.clone()
+    for i in range(1, tokens.shape[1]):
+        logits = prior(healed[:, :i])
+        probs = F.softmax(logits, dim=-1)
+        probs[:, :, 32] = 0
+        healed[:, i] = torch.argmax(probs[0, -1, :])
+    print(healed)
+    """
+    assert lint(src) == []
+    # the probabilities are fine-tuned on afterwards: the backward goes through the changed softmax
+    tuned = src + """
+    loss = 1 - probs[0, -1, healed[0, -1]]
+    loss.backward()
+    """
+    assert lint(tuned) == [("TL301", 18)]
+    # inside a function: what derives from the changed tensor and leaves it may be differentiated
+    kept = """
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    class Healer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.prior = nn.Sequential(nn.Embedding(33, 16), nn.Linear(16, 33))
+            self.history = []
+
+        def heal_step(self, tokens):
+            probs = F.softmax(self.prior(tokens), dim=-1)
+            probs[:, :, 0] = 0
+            self.history.append(probs)
+            return probs.argmax(-1)
+    """
+    assert lint(kept) == [("TL301", 13)]
+    assert lint(kept.replace("self.history.append(probs)", "print(probs.max())")) == []
+
+
 def test_inplace_after_backward_is_fine(lint):
     src = """
     import torch

@@ -16,7 +16,7 @@ from .binder import dotted
 from .dataflow import code_children
 from .flow import norm_path
 from .ir import (
-    AUTOGRAD_GRAD, BACKWARD, CALL, CLEAR, FORWARD, GRAD_OFF, LOSS, SCHED_STEP, STEP, AssignOp, CallOp, LoopOp,
+    AUTOGRAD_GRAD, BACKWARD, CALL, CLEAR, FORWARD, GRAD_OFF, LOSS, MOVE, SCHED_STEP, STEP, AssignOp, CallOp, LoopOp,
     ReturnOp, all_ops, walk,
 )
 
@@ -708,6 +708,111 @@ def reaches_backward(mm, fn, op, node, in_order: bool = False) -> bool:
                 or any(names_in(a.value) & tainted for a in o.args)):
             return True  # loss.backward(), accelerator.backward(loss), autograd.backward([...])
     return False
+
+
+# calls whose result carries no gradient (integers, booleans, Python values, detached copies):
+# what derives from them cannot lead a backward back to the tensor they read
+_NO_GRAD_RESULT = frozenset({"argmax", "argmin", "argsort", "item", "tolist", "numpy", "detach", "long", "int",
+                             "bool", "nonzero", "eq", "ne", "lt", "le", "gt", "ge", "isnan", "isinf", "isfinite",
+                             "size", "numel", "dim", "multinomial", "bernoulli", "randint_like", "sign", "round",
+                             "floor", "ceil", "topk_indices"})
+# methods that store their argument in the receiver (a list of outputs kept for later)
+_STORING_METHODS = frozenset({"append", "extend", "insert", "add", "update", "put", "setdefault", "appendleft",
+                              "__setitem__"})
+
+
+def _no_grad_result(e) -> bool:
+    if isinstance(e, cst.Comparison):
+        return True
+    if isinstance(e, cst.Call):
+        f = e.func
+        name = f.attr.value if isinstance(f, cst.Attribute) else f.value if isinstance(f, cst.Name) else None
+        return name in _NO_GRAD_RESULT
+    return False
+
+
+def inplace_may_be_differentiated(mm, fn, op, target) -> bool:
+    """Whether a backward may still run through ``target``, a tensor that ``op`` of ``fn``
+    changes in place after autograd saved it (the error comes only at that backward).
+
+    It may when a backward (``backward()``, ``torch.autograd.grad``, a helper of the tree that
+    runs one, or a tree function whose effects are unknown) comes after ``op`` in ``fn`` (later
+    in its body, or in the loops around ``op``, whose bodies run again); or when a value derived
+    from ``target`` (before or after the change) leaves ``fn``: returned (``fn`` is not the
+    module's own code), stored on an attribute or in a container of the caller, or handed to a
+    function the model does not know to be a tensor operation.  Derivation stops at results
+    that carry no gradient (``argmax``, ``.item()``, comparisons, ``.detach()``): a greedy
+    decoding loop that zeroes a softmax column to pick the next token never differentiates it."""
+    base = target.value if isinstance(target, cst.Subscript) else target
+    name = dotted(base) if base is not None else None
+    if not name:
+        return True
+    ops = all_ops(fn)
+    at = next((i for i, o in enumerate(ops) if o is op), None)
+    if at is None:
+        return True
+    later = ops[at + 1:]
+    outer = op.loop
+    while outer is not None and outer.parent is not None:
+        outer = outer.parent
+    if outer is not None:
+        later = later + list(walk(outer.body))
+    for o in later:
+        if not isinstance(o, CallOp):
+            continue
+        if o.kind in (BACKWARD, AUTOGRAD_GRAD) or is_kind(mm, o, BACKWARD):
+            return True
+        if o.kind == CALL:
+            s = mm.summary_of(o.info)
+            if s is None or s.get("autograd"):
+                return True
+    if fn.is_module_level:
+        escapes = ()
+    else:
+        escapes = (ReturnOp,)
+    tainted = {name}
+    for o in ops + ops:  # what derives from it before the change holds its graph as well
+        if isinstance(o, escapes) and o.value is not None and names_in(o.value) & tainted \
+                and not _no_grad_result(o.value):
+            return True
+        if isinstance(o, AssignOp) and o.value is not None and names_in(o.value) & tainted:
+            if _no_grad_result(o.value):
+                continue
+            for t in o.targets:
+                for e in (t.elements if isinstance(t, (cst.Tuple, cst.List)) else (t,)):
+                    e = getattr(e, "value", e) if isinstance(e, (cst.Element, cst.StarredElement)) else e
+                    if isinstance(e, cst.Attribute) and not fn.is_module_level:
+                        return True  # ``self.cache = out``: kept past the call
+                    while isinstance(e, cst.Subscript):
+                        e = e.value
+                    d = dotted(e)
+                    if d and _callers_object(fn, d):
+                        return True  # ``outputs[k] = out`` into the caller's container
+                    if d:
+                        tainted.add(d)
+        elif isinstance(o, CallOp) and (any(names_in(a.value) & tainted for a in o.args)
+                                        or o.recv_node is not None and names_in(o.recv_node) & tainted):
+            if o.attr in _STORING_METHODS and o.recv:
+                if _callers_object(fn, o.recv):
+                    return True  # ``self.outputs.append(out)``
+                tainted.add(o.recv)
+            elif not (o.kind in (FORWARD, LOSS, MOVE) or (o.qual or "").startswith("torch.")
+                      or o.recv_node is not None and names_in(o.recv_node) & tainted
+                      or o.func in _BUILTINS or (o.qual or "").partition(".")[0] in catalog.NON_TORCH_PACKAGES):
+                return True  # handed to code that may keep it or differentiate it
+    return False
+
+
+def _callers_object(fn, path: str) -> bool:
+    """``path`` names an object ``fn``'s caller holds too: an attribute, or a parameter of a
+    function (the module's own code has no caller)."""
+    if fn.is_module_level:
+        return False
+    return "." in path or path in fn.params
+
+
+_BUILTINS = frozenset({"print", "len", "float", "int", "str", "bool", "repr", "format", "isinstance", "min", "max",
+                       "abs", "round", "range", "enumerate", "zip", "sorted"})
 
 
 def call_runs_backward(op: CallOp, summ: Optional[dict]) -> bool:
