@@ -109,7 +109,8 @@ class InplaceOnSavedTensor(Rule):
         "way (`a leaf Variable that requires grad is being used in an in-place operation`). "
         "In-place ops on the outputs of convolutions, linear layers and batch norm (the ResNet "
         "`out += identity`), on fresh tensors, buffers, under `no_grad`, in `nn.init` and in EMA "
-        "updates are fine and not reported."
+        "updates are fine and not reported, and so are changes no backward can reach (inference "
+        "code that keeps only an `argmax` of the changed probabilities, with no backward after it)."
     )
     example = """\
 class GatedBlock(nn.Module):
