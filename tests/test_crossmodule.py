@@ -842,3 +842,73 @@ def test_a_star_imported_module_edited_relints_its_importer(tmp_path):
     (src / "utils.py").write_text(textwrap.dedent(STAR_UTILS))
     cache = Cache(str(tmp_path / "cache"))
     assert codes(lint(paths, cache=cache)) == {} and cache.hits == 1
+
+
+def test_lowercase_module_classes_through_a_star_import_keep_their_mode_sensitivity(tmp_path):
+    """``from .parts import *`` binds ``nn`` and the package's lowercase layer classes
+    (``class double_conv(nn.Module)`` with batch norm): the network built from them is
+    mode-sensitive, so evaluating it in train mode is still reported (a lowercase name is a
+    function only when it is not a module class)."""
+    paths = write(tmp_path, {
+        "net/__init__.py": "from .model import SegNet\n",
+        "net/parts.py": """
+            import torch.nn as nn
+
+
+            class double_conv(nn.Module):
+                def __init__(self, in_ch, out_ch):
+                    super().__init__()
+                    self.conv = nn.Sequential(nn.Conv2d(in_ch, out_ch, 3, padding=1), nn.BatchNorm2d(out_ch),
+                                              nn.ReLU(inplace=True))
+
+                def forward(self, x):
+                    return self.conv(x)
+
+
+            class inconv(nn.Module):
+                def __init__(self, in_ch, out_ch):
+                    super().__init__()
+                    self.conv = double_conv(in_ch, out_ch)
+
+                def forward(self, x):
+                    return self.conv(x)
+        """,
+        "net/model.py": """
+            from .parts import *
+
+
+            class SegNet(nn.Module):
+                def __init__(self, n_channels, n_classes):
+                    super().__init__()
+                    self.inc = inconv(n_channels, 16)
+                    self.out = nn.Conv2d(16, n_classes, 1)
+
+                def forward(self, x):
+                    return self.out(self.inc(x))
+        """,
+        "predict.py": """
+            import torch
+            from net import SegNet
+
+
+            def predict(net, images):
+                with torch.no_grad():
+                    return [net(x).argmax(1) for x in images]
+
+
+            def main(images):
+                net = SegNet(3, 2)
+                net.load_state_dict(torch.load("segnet.pth"))
+                print(predict(net, images))
+        """,
+    })
+    found = lint(paths)
+    facts = {}
+    from torchlint.project import Workspace
+
+    ws = Workspace(paths)
+    run(paths, OPTS, workspace=ws)
+    for k in ("net.parts.inconv", "net.model.SegNet"):
+        facts[k] = ws.index.classes[k]["mode_sensitive"]
+    assert facts == {"net.parts.inconv": True, "net.model.SegNet": True}
+    assert [c for c, _, _ in found["predict.py"]] == ["TL201"]

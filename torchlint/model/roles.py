@@ -1000,12 +1000,10 @@ class ModeSensitivity:
             return _NOTHING
         if q.startswith("torch.") or q.startswith(_NEUTRAL_PREFIXES):
             return _NOTHING
-        if not last[:1].isupper() or last.isupper():
-            return _NOTHING  # functions and CONSTANTS, not layers
         if "." not in d and hasattr(builtins, d):
             return _NOTHING  # ValueError(...), Exception(...)
         local = self.mm.find_class(d)
-        if local is not None:
+        if local is not None:  # (whatever its name's case: ``class double_conv(nn.Module)``)
             if not self.mm.class_is_module(local):
                 return _NOTHING
             need = self.needs(local)
@@ -1016,6 +1014,13 @@ class ModeSensitivity:
         if target is not None:  # a layer factory of this file: def WNConv1d(*a, **k): return weight_norm(nn.Conv1d(*a, **k))
             rets = [op.value for op in walk(target.body) if isinstance(op, ReturnOp) and op.value is not None]
             return None if not rets or any(self.of_expr(target, v, 1) for v in rets) else _NOTHING
+        if not last[:1].isupper() or last.isupper():
+            # functions and CONSTANTS, not layers; unless the name is a module class of
+            # another module of the tree (``from .unet_parts import *`` of ``class inconv``)
+            getter = getattr(self.mm, "external_class", None)
+            facts = getter(d, "class") if q and getter is not None else None
+            if not facts or not facts.get("is_module"):
+                return _NOTHING
         ext = self._external_needs(d)
         if isinstance(ext, tuple):
             return self._bind(ext[0], ext[1], call, lambda e, k: self._cond(e, params, k))
