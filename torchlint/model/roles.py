@@ -1010,10 +1010,6 @@ class ModeSensitivity:
             if need is None:
                 return None
             return self._bind(need, self._signature(local), call, lambda e, k: self._cond(e, params, k))
-        target = self.mm.functions.get(d)
-        if target is not None:  # a layer factory of this file: def WNConv1d(*a, **k): return weight_norm(nn.Conv1d(*a, **k))
-            rets = [op.value for op in walk(target.body) if isinstance(op, ReturnOp) and op.value is not None]
-            return None if not rets or any(self.of_expr(target, v, 1) for v in rets) else _NOTHING
         if not last[:1].isupper() or last.isupper():
             # functions and CONSTANTS, not layers; unless the name is a module class of
             # another module of the tree (``from .unet_parts import *`` of ``class inconv``)
@@ -1021,6 +1017,10 @@ class ModeSensitivity:
             facts = getter(d, "class") if q and getter is not None else None
             if not facts or not facts.get("is_module"):
                 return _NOTHING
+        target = self.mm.functions.get(d)
+        if target is not None:  # a layer factory of this file: def WNConv1d(*a, **k): return weight_norm(nn.Conv1d(*a, **k))
+            rets = [op.value for op in walk(target.body) if isinstance(op, ReturnOp) and op.value is not None]
+            return None if not rets or any(self.of_expr(target, v, 1) for v in rets) else _NOTHING
         ext = self._external_needs(d)
         if isinstance(ext, tuple):
             return self._bind(ext[0], ext[1], call, lambda e, k: self._cond(e, params, k))
