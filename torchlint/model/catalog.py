@@ -59,6 +59,20 @@ SCHEDULER_FACTORIES = {
     "timm.scheduler.create_scheduler_v2",
 }
 LOADER_NAMES = {"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"}
+# library subclasses of torch's DataLoader (shuffle defaults to False, as in torch), with the
+# position of ``shuffle`` and ``batch_size`` among their positional parameters (None: keyword
+# only, their signature differs from torch's); where their batches land is not known (MONAI
+# transforms may put them on the device), so only the loader's construction is read
+LIBRARY_LOADERS = {
+    "monai.data.DataLoader": (None, None),  # (dataset, num_workers=0, **kwargs)
+    "monai.data.dataloader.DataLoader": (None, None),
+    "monai.data.ThreadDataLoader": (None, None),  # (dataset, buffer_size=1, ..., **kwargs)
+    "monai.data.thread_buffer.ThreadDataLoader": (None, None),
+    "torch_geometric.loader.DataLoader": (2, 1),  # (dataset, batch_size=1, shuffle=False, ...)
+    "torch_geometric.loader.dataloader.DataLoader": (2, 1),
+    "torch_geometric.data.DataLoader": (2, 1),  # the older home of the same class
+    "dgl.dataloading.GraphDataLoader": (None, None),  # (dataset, collate_fn=None, use_ddp=False, ...)
+}
 SCALER_NAMES = {
     "torch.cuda.amp.GradScaler",
     "torch.amp.GradScaler",
@@ -295,7 +309,7 @@ def role_of_constructor(qualname: str) -> tuple[Optional[str], Optional[str]]:
         return LOSS, LOSS_CLASSES[qualname]
     if qualname.startswith("torch.nn.") and qualname.endswith("Loss"):
         return LOSS, OTHER_LOSS
-    if qualname in LOADER_NAMES:
+    if qualname in LOADER_NAMES or qualname in LIBRARY_LOADERS:
         return LOADER, None
     if qualname in SCALER_NAMES:
         return SCALER, None

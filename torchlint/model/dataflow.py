@@ -304,6 +304,11 @@ class Dataflow:
                     # ``out["loss"].backward()``: ``out`` (a step's output dict) holds a loss
                     # with its graph, whatever the function that returned it
                     env[holder] = env.get(holder, EMPTY) | {"holds_loss"}
+                name = self._backwarded_name(op)
+                if name and not env.get(name, EMPTY) & {"scalar", "detached"}:
+                    # what is backwarded is a loss with a graph, whatever made it (a MONAI
+                    # loss, a function of the tree): evidence until the name is rebound
+                    env[name] = env.get(name, EMPTY) | {"graph", "loss"}
             if op.kind == MOVE and op.recv and _is_statement_call(op):
                 # `batch.to(device)` on its own line: in place for modules and BatchEncoding,
                 # a discarded copy for tensors (``moved_inplace``; its items count as moved)
@@ -379,6 +384,24 @@ class Dataflow:
                 res = _join(res, o)
             return res
         return env
+
+    def _backwarded_name(self, op: CallOp) -> Optional[str]:
+        """The plain name a backward call differentiates: ``loss.backward()``,
+        ``scaler.scale(loss).backward()``, ``accelerator.backward(loss)``,
+        ``self.manual_backward(loss)``; None for anything else (``loss.backward(grad)``: the
+        tensor may not be a scalar loss)."""
+        node = None
+        if op.attr == "backward" and not op.args and op.recv_node is not None:
+            node = op.recv_node
+            if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) \
+                    and node.func.attr.value == "scale" and len(node.args) == 1:
+                node = node.args[0].value  # scaler.scale(loss).backward()
+        elif op.attr in ("backward", "manual_backward") and op.args and op.recv_node is not None and (
+                op.attr == "manual_backward"
+                or self.resolver.of_expr(self.fn, op.recv_node)[0] == catalog.ACCELERATOR):
+            a = op.arg(0)
+            node = a.value if a is not None else None
+        return node.value if isinstance(node, cst.Name) else None
 
     def _iter_facts(self, loop: LoopOp, env) -> frozenset:
         it = loop.iter

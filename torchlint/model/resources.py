@@ -43,7 +43,11 @@ ANOMALY_SET = {"torch.autograd.set_detect_anomaly", "torch.autograd.anomaly_mode
 ANOMALY_CTX = {"torch.autograd.detect_anomaly", "torch.autograd.anomaly_mode.detect_anomaly"}
 ITERABLE_DATASET_BASES = {"torch.utils.data.IterableDataset", "torch.utils.data.dataset.IterableDataset",
                           "IterableDataset", "data.IterableDataset", "torch.utils.data.IterDataPipe",
-                          "IterDataPipe"}
+                          "IterDataPipe",
+                          # MONAI's iterable-style datasets (ShuffleBuffer shuffles what it streams)
+                          "monai.data.IterableDataset", "monai.data.ShuffleBuffer", "monai.data.GridPatchDataset",
+                          "monai.data.CSVIterableDataset", "monai.data.iterable_dataset.ShuffleBuffer",
+                          "monai.data.grid_dataset.GridPatchDataset"}
 _DTYPES = {"float", "float16", "float32", "float64", "half", "double", "bfloat16", "int", "int8",
            "int16", "int32", "int64", "long", "uint8", "bool", "complex64", "complex128", "short"}
 _TRAIN_NAME = ("train", "trn")
@@ -715,7 +719,8 @@ class Resources:
         out = []
         for fn in self.mm.all_functions:
             for op in all_ops(fn):
-                if isinstance(op, CallOp) and op.qual in catalog.LOADER_NAMES:
+                if isinstance(op, CallOp) and (op.qual in catalog.LOADER_NAMES
+                                               or op.qual in catalog.LIBRARY_LOADERS):
                     out.append(self._loader_info(fn, op))
         return out
 
@@ -724,19 +729,22 @@ class Resources:
         pos = [a for a in op.args if a.keyword is None and not a.star]
         if any(a.star for a in op.args):
             info.unknown = True
-        shuffle = op.keyword("shuffle") or (pos[2] if len(pos) > 2 else None)
+        shuffle_at, bs_at = catalog.LIBRARY_LOADERS.get(op.qual, (2, 1))
+        shuffle = op.keyword("shuffle") or (pos[shuffle_at] if shuffle_at is not None and len(pos) > shuffle_at
+                                            else None)
         if shuffle is not None:
             info.shuffle_arg = shuffle
             v = shuffle.value
             info.shuffle = True if _is_true(v) else (False if _is_false_or_none(v) else None)
+        torch_args = op.qual in catalog.LOADER_NAMES
         for kw, i in (("sampler", 3), ("batch_sampler", 4)):
-            a = op.keyword(kw) or (pos[i] if len(pos) > i else None)
+            a = op.keyword(kw) or (pos[i] if torch_args and len(pos) > i else None)
             if a is not None and not _is_false_or_none(a.value):
                 info.sampler = True
         ds = _dataset_arg(op.node)
         if ds is not None and self._dataset_iterable(fn, ds):
             info.iterable = True
-        bs = op.keyword("batch_size") or (pos[1] if len(pos) > 1 else None)
+        bs = op.keyword("batch_size") or (pos[bs_at] if bs_at is not None and len(pos) > bs_at else None)
         if bs is not None and isinstance(bs.value, cst.Call) and dotted(bs.value.func) == "len":
             info.full_batch = True  # one batch per epoch: the order does not matter
         return info
@@ -1075,6 +1083,8 @@ class Resources:
         while lp is not None:
             if any(is_kind(self.mm, o, BACKWARD) for o in walk(lp.body) if isinstance(o, CallOp)):
                 return True
+            if lp is loop and loop.grad == GRAD_OFF:
+                return False  # a pass under no_grad inside a training loop (scoring a pool) does not train
             lp = lp.parent
         return False
 
