@@ -694,3 +694,27 @@ def test_module_level_script_gets_its_grad_and_optimizer_fixes():
     '''
     assert _codes_of(src) == ["TL204", "TL205"]
     assert _fixed(src) == textwrap.dedent(expected)
+
+
+def test_a_reported_finding_is_fixed_in_one_run_when_another_fix_uncovers_one_like_it():
+    """TL204's unsafe fix removes a `no_grad` block around a `total += loss`; the reported
+    `total += loss` after the block looks the same (code and fingerprint), and judged next to the
+    uncovered one its fix would seem useless: it is tried again alone and kept."""
+    from torchlint.engine import LintOptions
+    from torchlint.fixer import fix_text
+    from torchlint.selection import enabled_codes
+
+    src = (
+        "import torch\nimport torch.nn as nn\nfrom torch.utils.data import DataLoader, TensorDataset\n\n"
+        "model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Dropout(0.1), nn.Linear(16, 4))\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\ncriterion = nn.CrossEntropyLoss()\n"
+        "loader = DataLoader(TensorDataset(torch.randn(32, 8), torch.randint(0, 4, (32,))), batch_size=4, shuffle=True)\n\n\n"
+        "def fit(epochs):\n    total = 0.0\n    for epoch in range(epochs):\n        for x, y in loader:\n"
+        "            loss = criterion(model(x), y)\n"
+        "            with torch.no_grad():\n                loss.backward()\n                total += loss\n"
+        "            total += loss\n"
+    )
+    opts = LintOptions(frozenset(enabled_codes(["TL"], [], [])))
+    once = fix_text("train.py", src, opts, unsafe=True)
+    assert [a.code for a in once.applied] == ["TL204", "TL501"]
+    assert once.fixed.endswith("            loss.backward()\n            total += loss\n            total += loss.item()\n")

@@ -257,6 +257,10 @@ def _fix_passes(doc, text, unsafe: bool, shown: str, max_passes: int = MAX_PASSE
     the result parses and its finding is gone."""
     result = FileFix(render_text(shown), text, text)
     bad: set = set()
+    # fixes judged useless next to other fixes of the same pass: tried again alone before they
+    # are given up (another fix of the pass may have uncovered a finding just like theirs, e.g.
+    # a `no_grad` block removed around a second `total += loss`)
+    alone: set = set()
     seen = {text}
     findings = first
     cur = text
@@ -274,6 +278,9 @@ def _fix_passes(doc, text, unsafe: bool, shown: str, max_passes: int = MAX_PASSE
         if not cands:
             break
         cands.sort(key=lambda f: (f.span.start, f.span.end, f.code))
+        solo = [f for f in cands if _fix_key(f) in alone]
+        if solo:
+            cands = solo[:1]
         new, idx = doc.apply(cur, [f.fix for f in cands])
         chosen = [cands[i] for i in idx]
         if not chosen:
@@ -300,6 +307,9 @@ def _fix_passes(doc, text, unsafe: bool, shown: str, max_passes: int = MAX_PASSE
         useless = [f for f in chosen if after_n[_identity(f)] > before_n[_identity(f)] - fixed_n[_identity(f)]]
         if useless:
             for f in useless:
+                if len(chosen) > 1 and _fix_key(f) not in alone:
+                    alone.add(_fix_key(f))
+                    continue
                 bad.add(_fix_key(f))
                 result.discarded.append(_applied(f))
             chosen = [f for f in chosen if f not in useless]
