@@ -114,11 +114,16 @@ for x, y in loader:
 
 
 def _stepped_after(mm, fn, bwd, besides) -> bool:
-    """A step other than ``besides`` follows the backward ``bwd`` on a path through its own
-    iteration: its gradients are applied there."""
+    """A step of the optimizer ``besides`` steps (other than ``besides``) follows the backward
+    ``bwd`` on a path through its own iteration: its gradients are applied there."""
     block = unit_body(fn, bwd.loop)
-    return path_in_order(mm, fn, block, (lambda x: x is bwd,
-                                         lambda x: x is not besides and is_kind(mm, x, STEP)))
+    mine = norm_path(besides.target) if besides.kind == STEP and besides.target else None
+
+    def same_optimizer_step(x) -> bool:  # a step of another optimizer applies none of its gradients
+        if x is besides or not is_kind(mm, x, STEP):
+            return False
+        return mine is None or x.kind != STEP or x.target is None or norm_path(x.target) == mine
+    return path_in_order(mm, fn, block, (lambda x: x is bwd, same_optimizer_step))
 
 
 def _move_step_after(fn, step, backward):
