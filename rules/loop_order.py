@@ -117,7 +117,9 @@ def _stepped_after(mm, fn, bwd, besides) -> bool:
     """A step of the optimizer ``besides`` steps (other than ``besides``) follows the backward
     ``bwd`` on a path through its own iteration: its gradients are applied there."""
     block = unit_body(fn, bwd.loop)
-    mine = norm_path(besides.target) if besides.kind == STEP and besides.target else None
+    # an empty step inside the loop runs every iteration: only a step of its own optimizer applies
+    # the backward's gradients; one empty step before the loop is harmless whichever steps after
+    mine = norm_path(besides.target) if besides.kind == STEP and besides.target and besides.loop is not None else None
 
     def same_optimizer_step(x) -> bool:  # a step of another optimizer applies none of its gradients
         if x is besides or not is_kind(mm, x, STEP):
