@@ -283,36 +283,39 @@ def _torch_name(s: _Sites) -> Optional[str]:
     return "torch" if m else None
 
 
-def op_softmax_into_ce(s: _Sites):
-    t = _torch_name(s)
-    for c in _loss_calls(s, ("CrossEntropyLoss",), ("cross_entropy",)):
+def _loss_arg_mutant(s: _Sites, op: str, code: str, kinds: tuple, funcs: tuple, arg: int, pre: str, post: str):
+    """The first loss call of a training function with its argument ``arg`` wrapped."""
+    for c in _loss_calls(s, kinds, funcs):
         if not _in_training_function(s, c):
             continue
-        text = _wrap(s, c.args[0].value, f"{t}.softmax(" if t else "(", ", dim=1)" if t else ").softmax(dim=1)")
+        text = _wrap(s, c.args[arg].value, pre, post)
         if text:
-            yield Mutant("softmax-into-ce", "TL401", text, s.line(c), s.line(c), s.line(c), s.line(c))
-            return
+            return Mutant(op, code, text, s.line(c), s.line(c), s.line(c), s.line(c))
+    return None
+
+
+def op_softmax_into_ce(s: _Sites):
+    t = _torch_name(s)
+    m = _loss_arg_mutant(s, "softmax-into-ce", "TL401", ("CrossEntropyLoss",), ("cross_entropy",), 0,
+                         f"{t}.softmax(" if t else "(", ", dim=1)" if t else ").softmax(dim=1)")
+    if m:
+        yield m
 
 
 def op_sigmoid_into_bce_logits(s: _Sites):
     t = _torch_name(s)
-    for c in _loss_calls(s, ("BCEWithLogitsLoss",), ("binary_cross_entropy_with_logits",)):
-        if not _in_training_function(s, c):
-            continue
-        text = _wrap(s, c.args[0].value, f"{t}.sigmoid(" if t else "(", ")" if t else ").sigmoid()")
-        if text:
-            yield Mutant("sigmoid-into-bce-logits", "TL402", text, s.line(c), s.line(c), s.line(c), s.line(c))
-            return
+    m = _loss_arg_mutant(s, "sigmoid-into-bce-logits", "TL402", ("BCEWithLogitsLoss",),
+                         ("binary_cross_entropy_with_logits",), 0,
+                         f"{t}.sigmoid(" if t else "(", ")" if t else ").sigmoid()")
+    if m:
+        yield m
 
 
 def op_float_targets(s: _Sites):
-    for c in _loss_calls(s, ("CrossEntropyLoss", "NLLLoss"), ("cross_entropy", "nll_loss")):
-        if not _in_training_function(s, c):
-            continue
-        text = _wrap(s, c.args[1].value, "(", ").float()")
-        if text:
-            yield Mutant("float-targets", "TL404", text, s.line(c), s.line(c), s.line(c), s.line(c))
-            return
+    m = _loss_arg_mutant(s, "float-targets", "TL404", ("CrossEntropyLoss", "NLLLoss"), ("cross_entropy", "nll_loss"),
+                         1, "(", ").float()")
+    if m:
+        yield m
 
 
 def _in_training_function(s: _Sites, node) -> bool:
@@ -365,14 +368,12 @@ def op_loss_item_dropped(s: _Sites):
         loop = s.enclosing(st, (cst.For, cst.While))
         if loop is None:
             continue
-        text = _wrap(s, st.value, "", "")
-        if text is None:
-            continue
         p = s.pos[st.value]
+        if p.start.line != p.end.line:
+            continue
         line = s.lines[p.start.line - 1]
-        new = line[:p.start.column] + name + line[p.end.column:]
         out = list(s.lines)
-        out[p.start.line - 1] = new
+        out[p.start.line - 1] = line[:p.start.column] + name + line[p.end.column:]  # `loss.item()` -> `loss`
         yield Mutant("loss-item-dropped", "TL501", "".join(out), s.line(st), s.line(st), s.line(st), s.line(st))
         return
 
