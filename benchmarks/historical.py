@@ -1,7 +1,8 @@
 """Recall on historical bugs: training bugs that maintainers of public repositories fixed.
 
     python benchmarks/historical.py [--manifest FILE] [--mirrors DIR] [--work DIR]
-                                    [--only ID ...] [--part tuned|heldout] [--jobs N]
+                                    [--only ID ...] [--part tuned|heldout] [--batch N]
+                                    [--jobs N]
                                     [--json FILE] [--markdown] [-v]
 
 For every ``[[bug]]`` of ``benchmarks/historical/manifest.toml`` the whole tree of the buggy and
@@ -21,7 +22,11 @@ findings).
 
 Recall is printed per rule family (the family of the entry's first code) and per part
 (``tuned`` / ``heldout``, see the manifest for the rule that splits them).  Held-out entries
-are scored like the others; they must never steer model work.
+are scored like the others; they must never steer model work.  Entries come in batches
+(``batch``, 1 when absent); each batch has its own held-out rule, declared in the manifest's
+header (``heldout_rule`` for batch 1, ``batch<N>_heldout_rule`` for batch N): the sha1 rule of
+batch 1, "every entry held-out" (a batch mined and pinned before any lint) or "tuned
+afterwards" (a held-out batch scored once, then tuned on).  ``--batch N`` runs one batch.
 
 The repositories come from bare mirrors: ``DIR/owner+name/repo`` (the layout of the search
 tool's ``fetch``), ``DIR/owner+name.git`` or ``DIR/owner/name``.  Missing repositories are
@@ -35,6 +40,7 @@ import difflib
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -72,8 +78,43 @@ class BenchError(Exception):
 
 
 def heldout(repo: str, fixed: str) -> bool:
-    """The held-out rule written in the manifest (decided before any entry was linted)."""
+    """The sha1 held-out rule of batch 1 (decided before any entry was linted)."""
     return int(hashlib.sha1(f"{repo}@{fixed}".encode()).hexdigest()[:8], 16) % 4 == 0
+
+
+def batch_rules(data: dict) -> dict:
+    """The held-out rule each batch declares in the manifest's header (``heldout_rule`` for
+    batch 1, ``batch<N>_heldout_rule`` for batch N): "sha1" (the text names sha1: the rule of
+    `heldout`), "all" ("every entry held-out": a batch mined and pinned before any lint) or
+    "none" ("tuned afterwards": a held-out batch scored once, then tuned on).  A batch that
+    declares none gets the sha1 rule; a text that is none of these is an error."""
+    rules = {}
+    for key, text in data.items():
+        m = re.fullmatch(r"(?:batch(\d+)_)?heldout_rule", key)
+        if not m:
+            continue
+        if not isinstance(text, str):
+            raise BenchError(f"manifest: `{key}` must be a string")
+        batch = int(m.group(1) or 1)
+        if "tuned afterwards" in text:
+            rules[batch] = "none"
+        elif "every entry held-out" in text:
+            rules[batch] = "all"
+        elif "sha1" in text:
+            rules[batch] = "sha1"
+        else:
+            raise BenchError(f"manifest: `{key}`: unknown held-out rule {text!r} (it must name the "
+                             "sha1 rule or say \"every entry held-out\" or \"tuned afterwards\")")
+    return rules
+
+
+def expected_part(bug: dict, rule: str) -> str:
+    """The part a batch's rule gives an entry."""
+    if rule == "all":
+        return "heldout"
+    if rule == "none":
+        return "tuned"
+    return "heldout" if heldout(bug["repo"], bug["fixed"]) else "tuned"
 
 
 def load_manifest(path: str) -> tuple:
@@ -83,6 +124,7 @@ def load_manifest(path: str) -> tuple:
     except (OSError, _toml.TOMLDecodeError) as e:
         raise BenchError(f"cannot read manifest {path}: {e}")
     tol = int(data.get("tolerance", 3))
+    rules = batch_rules(data)
     bugs = data.get("bug", [])
     seen = set()
     for b in bugs:
@@ -92,10 +134,13 @@ def load_manifest(path: str) -> tuple:
         if b["id"] in seen:
             raise BenchError(f"manifest: duplicate id {b['id']}")
         seen.add(b["id"])
-        want = "heldout" if heldout(b["repo"], b["fixed"]) else "tuned"
+        batch = b.setdefault("batch", 1)
+        if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
+            raise BenchError(f"manifest entry {b['id']}: batch must be a positive integer")
+        want = expected_part(b, rules.get(batch, "sha1"))
         if b["part"] != want:
             raise BenchError(f"manifest entry {b['id']}: part is {b['part']!r} but the held-out "
-                             f"rule gives {want!r}")
+                             f"rule of batch {batch} gives {want!r}")
     return tol, bugs
 
 
@@ -277,6 +322,8 @@ def main(argv=None) -> int:
     ap.add_argument("--work", default=DEFAULT_WORK, help="where the trees are written (kept)")
     ap.add_argument("--only", nargs="*", default=None, help="entry ids to run")
     ap.add_argument("--part", choices=("tuned", "heldout"), default=None)
+    ap.add_argument("--batch", type=int, action="append", default=[], metavar="N",
+                    help="run only the entries of batch N (repeatable)")
     ap.add_argument("--jobs", "-j", type=int, default=min(4, os.cpu_count() or 1))
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per torchlint run")
     ap.add_argument("--json", default=None, help="write per-entry results here")
@@ -297,6 +344,12 @@ def main(argv=None) -> int:
         bugs = [b for b in bugs if b["id"] in a.only]
     if a.part:
         bugs = [b for b in bugs if b["part"] == a.part]
+    if a.batch:
+        unknown = set(a.batch) - {b["batch"] for b in bugs}
+        if unknown:
+            print(f"error: no entry in batch(es): {', '.join(map(str, sorted(unknown)))}", file=sys.stderr)
+            return 2
+        bugs = [b for b in bugs if b["batch"] in a.batch]
 
     from torchlint.selection import enabled_codes
 
@@ -316,12 +369,13 @@ def main(argv=None) -> int:
             ff, tf_s = lint(tf, a.jobs, a.timeout)
         except BenchError as e:
             print(f"error: {b['id']}: {e}", file=sys.stderr)
-            results.append({"id": b["id"], "part": b["part"], "codes": b["codes"], "error": str(e)})
+            results.append({"id": b["id"], "part": b["part"], "batch": b["batch"], "codes": b["codes"],
+                            "error": str(e)})
             continue
         hits, flags, where = score(b, gitdir, fb, ff, tol)
         dflt = [f for f in hits if f["code"] in default_codes]
         dflags = [f for f in flags if f["code"] in default_codes]
-        res = {"id": b["id"], "repo": b["repo"], "part": b["part"], "codes": b["codes"],
+        res = {"id": b["id"], "repo": b["repo"], "part": b["part"], "batch": b["batch"], "codes": b["codes"],
                "family": family(b["codes"][0]), "hit": bool(hits), "hit_default": bool(dflt),
                "false_flag": bool(flags), "false_flag_default": bool(dflags),
                "hits": [(f["code"], f["rel"], f["line"]) for f in hits],
