@@ -118,10 +118,12 @@ for x, y in loader:
                    and o.loop is not None]
             if not ops:
                 continue
-            fwd_moves = {}
-            for o in ops:
-                if o.kind == FORWARD and o.target not in fwd_moves:
-                    fwd_moves[o.target] = res.model_move(fn, o.target)
+            fwd_moves = {}  # id(forward op) -> the move of its model done when it runs
+
+            def move_at(o):
+                if id(o) not in fwd_moves:
+                    fwd_moves[id(o)] = res.model_move_at(fn, o.target, o)
+                return fwd_moves[id(o)]
             reported = set()  # (loop, tensor) reported at an earlier call; statement lines reported
             for op in ops:
                 unmoved = _unmoved_args(mm, op)
@@ -135,14 +137,15 @@ for x, y in loader:
                 if not bad or op.kind == LOSS and _is_ctc(mm, fn, op):
                     continue
                 if op.kind == FORWARD:
-                    mv = fwd_moves.get(op.target)
+                    mv = move_at(op)
                     if mv is None or mv.dp or res.forward_moves_inputs(fn, op):
                         continue
                     model = op.target
                 else:
                     if not any("model_out" in f or "graph" in f for f in op.arg_facts):
                         continue
-                    cand = [(t, m) for t, m in fwd_moves.items() if m is not None]
+                    cand = [(f.target, move_at(f)) for f in res.loss_forwards(fn, op)]
+                    cand = [(t, m) for t, m in cand if m is not None]
                     if not cand:
                         continue
                     model, mv = cand[0]

@@ -18,6 +18,7 @@ from torchlint.model.queries import (
     is_accumulation_test, is_kind, iteration, leaves_iteration, local_function, manual_update,
     optimizer_owners_text, optimizer_paths, optimizer_wrapper_call, passes_as_argument,
     carried_clears, clears_on_some_paths, implicit_loop, may_compute_gradients, scheduler_optimizer,
+    scheduler_sets_epoch,
     step_applies_no_gradients, stepped_on_every_path_before, unguarded_in, unit_body,
 )
 from torchlint.rule import Report, Rule
@@ -543,7 +544,10 @@ for epoch in range(epochs):
     known_problems = ("A scheduler step that an optimizer step precedes on every path from the start "
                       "of the function is not flagged: an empty `optimizer.zero_grad(); optimizer.step()` "
                       "before the epoch loop (a warm-up from a learning rate of 0 stepped at the start of "
-                      "each epoch) is a deliberate order, and PyTorch does not warn about it.")
+                      "each epoch) is a deliberate order, and PyTorch does not warn about it. A scheduler given the epoch "
+                      "explicitly (`scheduler.step(epoch=e)`, or `step(e)` with a loop counter) sets that "
+                      "epoch's rate instead of advancing the schedule, so its order skips nothing and is not "
+                      "flagged.")
     fix_safety = "unsafe"
     fix_doc = ("Moves `scheduler.step()` below the statement of the same block that steps the optimizer "
                "(below the inner batch loop for a scheduler stepped at the start of each epoch). "
@@ -559,11 +563,14 @@ for epoch in range(epochs):
                     continue
                 node, what = op.node, f"`{op.recv}.step()`"
                 if op.kind == SCHED_STEP:
-                    pass
+                    if scheduler_sets_epoch(mm, fn, op):
+                        continue  # step(epoch): sets that epoch's rate, skips nothing
                 elif op.kind == CALL and is_kind(mm, op, SCHED_STEP) and not is_kind(mm, op, STEP):
                     helper = local_function(op.info)
                     inner = first_direct(helper, SCHED_STEP) if helper is not None else None
                     if inner is not None:
+                        if scheduler_sets_epoch(mm, helper, inner):
+                            continue
                         node = inner.node
                         what = f"`{inner.recv}.step()` in `{helper.name}()` (called at line {_line(mm, op)})"
                     else:

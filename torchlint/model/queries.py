@@ -1373,3 +1373,123 @@ def grad_context_site(mm, fn, node):
         if q in catalog.GRAD_OFF_CONTEXTS or q in catalog.GRAD_ON_CONTEXTS:
             return d
     return None
+
+
+_PLATEAU = "torch.optim.lr_scheduler.ReduceLROnPlateau"
+
+
+def scheduler_sets_epoch(mm, fn, op: CallOp) -> bool:
+    """The scheduler step ``op`` is given the epoch explicitly, so it *sets* the learning rate
+    of that epoch rather than advancing the schedule by one: ``LRScheduler.step(epoch)`` makes
+    ``last_epoch = epoch`` and computes the rate from it (``_get_closed_form_lr`` or
+    ``get_lr``). Its order against the optimizer's step then skips no value of the schedule.
+
+    ``step(epoch=e)`` always; ``step(e)`` when ``e`` is the epoch and not
+    ``ReduceLROnPlateau``'s metric: the scheduler's class is a torch scheduler other than
+    that one or a subclass of the tree, else ``e`` reads the counter of a loop around the
+    call (``for epoch in range(n)``). A class of the tree that overrides ``step`` counts only
+    when its ``step`` hands the argument on (``super().step(epoch)``) or assigns it to
+    ``self.last_epoch``."""
+    if op.kind != SCHED_STEP or not op.target:
+        return False
+    arg = op.keyword("epoch")
+    positional = arg is None
+    if arg is None:
+        arg = op.arg(0)
+    if arg is None or _is_none(arg.value):
+        return False
+    known, plateau, own_step = _scheduler_class(mm, fn, op.target)
+    if own_step is not None and not _step_sets_epoch(own_step):
+        return False
+    if not positional:
+        return True
+    if plateau:
+        return False
+    if known:
+        return True
+    counters = set()
+    loop = op.loop
+    while loop is not None:
+        counters |= _counter_names(loop)
+        loop = loop.parent
+    return bool(counters & _read_names(arg.value))
+
+
+def _counter_names(loop: LoopOp) -> set:
+    """The names a loop binds to an iteration count: ``for e in range(n)`` (through
+    ``tqdm``/``trange``), the index of ``for i, batch in enumerate(loader)``."""
+    it, t = loop.iter, loop.target
+    if loop.is_while or t is None:
+        return set()
+    while isinstance(it, cst.Call) and (dotted(it.func) or "").rsplit(".", 1)[-1] in ("tqdm", "track") \
+            and it.args:
+        it = it.args[0].value
+    f = dotted(it.func) if isinstance(it, cst.Call) else None
+    if f in ("range", "trange"):
+        return {n.value for n in _target_names(t)}
+    if f == "enumerate" and isinstance(t, (cst.Tuple, cst.List)) and t.elements:
+        return {n.value for n in _target_names(t.elements[0].value)}
+    return set()
+
+
+def _is_none(e) -> bool:
+    return isinstance(e, cst.Name) and e.value == "None"
+
+
+def _read_names(e) -> set:
+    out = set()
+    stack = [e]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, cst.Name):
+            out.add(n.value)
+        elif isinstance(n, cst.Attribute):
+            stack.append(n.value)  # ``self.epoch`` reads ``self``, not a counter
+        elif isinstance(n, (cst.BinaryOperation, cst.UnaryOperation)):
+            stack.extend(code_children(n))
+    return out
+
+
+def _scheduler_class(mm, fn, path: str) -> tuple:
+    """(class known, is ReduceLROnPlateau or a subclass, the ``step`` a tree class overrides)
+    for the scheduler at ``path``, from the call that builds it."""
+    d = mm.resolver.definition(fn, path)
+    value = d[1] if d is not None else None
+    if not isinstance(value, cst.Call):
+        return False, False, None
+    name = dotted(value.func)
+    if not name:
+        return False, False, None
+    cls, seen = mm.find_class(name), 0
+    own = None
+    while cls is not None and seen < 8:
+        if own is None and "step" in cls.methods:
+            own = cls.methods["step"]
+        nxt = None
+        for raw, base in zip(cls.raw_bases, cls.bases):
+            if mm.find_class(raw) is not None and mm.find_class(raw) is not cls:
+                nxt = mm.find_class(raw)
+                break
+            if base.startswith(catalog.SCHEDULER_PREFIXES):
+                return True, base == _PLATEAU, own
+        cls, seen = nxt, seen + 1
+    if seen:
+        return False, False, own  # a tree class whose torch base is not visible
+    q = mm.qualify(name) or ""
+    if q.startswith(catalog.SCHEDULER_PREFIXES):
+        return True, q == _PLATEAU, None
+    return False, False, None
+
+
+def _step_sets_epoch(step) -> bool:
+    params = [p for p in step.params if p not in ("self", "cls") and not p.startswith("*")]
+    if not params:
+        return False
+    p = params[0]
+    for o in walk(step.body):
+        if isinstance(o, AssignOp) and o.value is not None and p in _read_names(o.value) \
+                and any(dotted(t) == "self.last_epoch" for t in o.targets):
+            return True
+        if isinstance(o, CallOp) and o.attr == "step" and any(p in _read_names(a.value) for a in o.args):
+            return True
+    return False

@@ -268,6 +268,7 @@ class Resources:
         self._pos: dict = {}
         self._accs: dict = {}
         self._move_cache: dict = {}
+        self._before_cache: dict = {}
 
     # ------------------------------------------------------------ definitions
     def assigns(self, fn) -> dict:
@@ -421,29 +422,61 @@ class Resources:
 
     def model_move(self, fn, path: Optional[str], depth: int = 0) -> Optional[Move]:
         """How the model at ``path`` (seen from ``fn``) was moved to an accelerator, if it was."""
+        moves = self.model_moves(fn, path, depth)
+        return moves[0] if moves else None
+
+    def model_move_at(self, fn, path: Optional[str], op) -> Optional[Move]:
+        """The move of the model at ``path`` that has happened when the op ``op`` of ``fn``
+        runs: a move in ``fn`` itself counts only if some path runs it before ``op`` (a
+        notebook's cells and a script's statements run top to bottom: a ``.to(device)`` in a
+        later cell does not apply to an earlier loop; one later in an enclosing loop does, on
+        the next iteration). Moves elsewhere (``__init__``, an enclosing scope, a caller)
+        are taken as done."""
+        for mv in self.model_moves(fn, path):
+            if mv.fn is not fn or self._runs_before(fn, mv.node, op):
+                return mv
+        return None
+
+    def _runs_before(self, fn, node, op) -> bool:
+        key = (id(fn), id(node), id(op))
+        got = self._before_cache.get(key)
+        if got is None:
+            from .paths import path_in_order
+
+            mine = [o for o in walk(fn.body) if isinstance(o, CallOp) and o.node is node]
+            if not mine:
+                got = True  # not an op of fn's own body (a nested scope): cannot order it
+            else:
+                got = path_in_order(self.mm, fn, fn.body, (lambda o: o is mine[0], lambda o: o is op))
+            self._before_cache[key] = got
+        return got
+
+    def model_moves(self, fn, path: Optional[str], depth: int = 0) -> list:
+        """Every move of the model at ``path`` (seen from ``fn``) to an accelerator, the one
+        :meth:`model_move` answers first."""
         if not path or depth > 3:
-            return None
+            return []
         key = (id(fn), path, depth)
         if key in self._move_cache:
             return self._move_cache[key]
-        self._move_cache[key] = None
-        r = self._model_move(fn, path, depth)
+        self._move_cache[key] = []
+        r = self._model_moves(fn, path, depth)
         self._move_cache[key] = r
         return r
 
-    def _model_move(self, fn, path: str, depth: int) -> Optional[Move]:
+    def _model_moves(self, fn, path: str, depth: int) -> list:
         norm = path[:-7] if path.endswith(".module") else path  # DataParallel's .module
         scopes = self._scopes(fn, norm)
         dp = False
-        found = None
+        found = []
         for owner in scopes:
             for o in walk(owner.body):
                 if isinstance(o, CallOp) and o.kind == MOVE and o.target is not None:
                     t = o.target[:-7] if o.target.endswith(".module") else o.target
                     if t == norm:
                         ok, dev = self.move_device(owner, o)
-                        if ok and found is None:
-                            found = Move(o.node, dev, owner, dev is None)
+                        if ok:
+                            found.append(Move(o.node, dev, owner, dev is None))
         for owner, aop, value, idx in self.definitions(fn, norm):
             if value is None:
                 continue
@@ -456,8 +489,8 @@ class Resources:
                         dp = True
                     if o.attr in ("to", "cuda") and contains(value, o.node):
                         ok, dev = self.move_device(owner, o)
-                        if ok and found is None:
-                            found = Move(o.node, dev, owner, dev is None)
+                        if ok:
+                            found.append(Move(o.node, dev, owner, dev is None))
             # model = net / model = DataParallel(net): follow the inner path
             inner = value
             while isinstance(inner, cst.Call):
@@ -470,11 +503,10 @@ class Resources:
                 else:
                     break
             d = dotted(inner) if isinstance(inner, (cst.Name, cst.Attribute)) else None
-            if d and d != norm and found is None:
-                r = self.model_move(owner, d, depth + 1)
-                if r is not None:
-                    found = Move(r.node, r.device, r.fn, r.cuda, r.dp)
-        if found is None:
+            if d and d != norm:
+                found.extend(Move(r.node, r.device, r.fn, r.cuda, r.dp)
+                             for r in self.model_moves(owner, d, depth + 1))
+        if not found:
             owner = self.param_owner(fn, norm)
             if owner is not None:
                 rest = norm[len(root_name(norm)):]
@@ -483,19 +515,20 @@ class Resources:
                     if d:
                         r = self.model_move(caller, d + rest, depth + 1)
                         if r is not None:
-                            found = r
+                            found.append(r)
                             break
                     elif isinstance(arg, cst.Call):
                         for o in walk(caller.body):
                             if isinstance(o, CallOp) and o.attr in ("to", "cuda") and contains(arg, o.node):
                                 ok, dev = self.move_device(caller, o)
                                 if ok:
-                                    found = Move(o.node, dev, caller, dev is None)
+                                    found.append(Move(o.node, dev, caller, dev is None))
                                     break
                         if found:
                             break
-        if found is not None and dp:
-            found.dp = True
+        if dp:
+            for mv in found:
+                mv.dp = True
         return found
 
     def forward_moves_inputs(self, fn, op: CallOp) -> bool:
@@ -509,6 +542,41 @@ class Resources:
         inputs = {p for p in fwd.params if p not in ("self", "cls")}
         return any(isinstance(o, CallOp) and o.attr in ("to", "cuda") and root_name(o.recv) in inputs
                    and self.move_device(fwd, o)[0] for o in walk(fwd.body))
+
+    def loss_forwards(self, fn, op: CallOp) -> list:
+        """The forward calls of ``fn`` whose outputs reach the arguments of the loss call
+        ``op``: inside the argument (``criterion(model(x), y)``) or through names assigned
+        from them (``y_pred = model_0(X)`` ... ``loss_fn(y_pred, y)``), in ``op``'s loop.
+        When none can be traced, the forwards of ``op``'s loop, else of ``fn``."""
+        fwds = [o for o in all_ops(fn) if isinstance(o, CallOp) and o.kind == FORWARD and o.target]
+        if not fwds:
+            return []
+        scope = list(walk(op.loop.body)) if op.loop is not None else list(all_ops(fn))
+        out, names = [], set()
+        for a in op.args:
+            out.extend(f for f in fwds if contains(a.value, f.node))
+            names |= names_in(a.value)
+        seen = set()
+        for _ in range(4):
+            names -= seen
+            if not names:
+                break
+            seen |= names
+            nxt = set()
+            for o in scope:
+                if not isinstance(o, AssignOp) or o.value is None:
+                    continue
+                if not any(n in names for t in o.targets for n in names_in(t)):
+                    continue
+                hit = [f for f in fwds if contains(o.value, f.node)]
+                out.extend(f for f in hit if f not in out)
+                if not hit:
+                    nxt |= names_in(o.value)
+            names = nxt
+        if out:
+            return out
+        in_loop = [f for f in fwds if op.loop is not None and _within(f, op.loop)]
+        return in_loop or fwds
 
     def _scopes(self, fn, path: str) -> list:
         """Functions where a statement on ``path`` (as seen from ``fn``) can act on it."""
