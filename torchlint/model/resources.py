@@ -467,7 +467,7 @@ class Resources:
     def _model_moves(self, fn, path: str, depth: int) -> list:
         norm = path[:-7] if path.endswith(".module") else path  # DataParallel's .module
         scopes = self._scopes(fn, norm)
-        dp = False
+        wraps: dict = {}  # id(owner) -> (owner, the DataParallel/DDP calls that wrap the model there)
         found = []
         for owner in scopes:
             for o in walk(owner.body):
@@ -486,7 +486,7 @@ class Resources:
             for o in walk(owner.body):
                 if isinstance(o, CallOp) and o.stmt is aop.stmt and o.stmt is not None:
                     if o.qual in DP_WRAPPERS:
-                        dp = True
+                        wraps.setdefault(id(owner), (owner, []))[1].append(o)
                     if o.attr in ("to", "cuda") and contains(value, o.node):
                         ok, dev = self.move_device(owner, o)
                         if ok:
@@ -526,10 +526,33 @@ class Resources:
                                     break
                         if found:
                             break
-        if dp:
+        if wraps and all(self._wrapped_when_moved(owner, ops, [m.node for m in found if m.fn is owner])
+                         for owner, ops in wraps.values()):
             for mv in found:
                 mv.dp = True
         return found
+
+    def _wrapped_when_moved(self, owner, wraps, moves) -> bool:
+        """On every path through ``owner`` that moves the model (one of ``moves``), one of
+        ``wraps`` wraps it in ``DataParallel``/DDP too: ``if torch.cuda.device_count() > 1:
+        model = nn.DataParallel(model)`` then ``model.to(device)`` leaves a one-GPU machine with
+        a plain model on the GPU, whose inputs must be moved. Moves elsewhere: taken as wrapped."""
+        if not moves:
+            return True
+        from .paths import run as run_paths, states
+
+        wrap_ids, move_ids = {id(o) for o in wraps}, {id(n) for n in moves}
+
+        def t(s, op):
+            moved, wrapped = s
+            if isinstance(op, CallOp):
+                if id(op) in wrap_ids:
+                    wrapped = True
+                if id(op.node) in move_ids:
+                    moved = True
+            return (moved, wrapped)
+        flow = run_paths(self.mm, owner, owner.body, t, ((False, False),))
+        return not any(m and not w for m, w in states(flow.out | flow.ret | flow.cont | flow.brk))
 
     def forward_moves_inputs(self, fn, op: CallOp) -> bool:
         """The model's class ``forward`` moves tensors itself (``x = x.to(self.device)``)."""
