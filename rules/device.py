@@ -281,7 +281,8 @@ class Encoder(nn.Module):
     known_problems = (
         "0-dim tensors (`torch.tensor(2.0)`) may be mixed with CUDA tensors and are not "
         "flagged, nor tensors only used for shapes or as indices, created with `*_like`, "
-        "registered as buffers, or moved with `.to(...)`/`.type_as(...)` before use."
+        "registered as buffers, or moved with `.to(...)`/`.type_as(...)`/`.type(t.type())` "
+        "(the type string of a tensor names its device) before use."
     )
     fix_safety = "unsafe"
     fix_doc = ("Adds `device=x.device` to the factory call, where `x` is the first input of "

@@ -123,7 +123,10 @@ probs = F.softmax(logits.detach(), dim=1)  # for metrics, if needed
 """
     known_problems = ("A softmax inside the model is followed through `nn.Sequential`, the "
                       "model's `forward` and factory functions of the linted tree; models from "
-                      "other libraries are not inspected.")
+                      "other libraries are not inspected. A `forward` that applies the softmax "
+                      "only under a test of one of its parameters (`if apply_softmax:`) returns "
+                      "probabilities only to the calls that pass a true literal (or rely on a "
+                      "true default); a call passing a variable is not reported.")
     fix_safety = "safe"
     fix_doc = ("Removes the softmax call that feeds the loss (`F.cross_entropy(F.softmax(z, 1), y)` "
                "-> `F.cross_entropy(z, y)`, or the `F.softmax(...)` that produces the name passed "
@@ -166,7 +169,10 @@ logits = model(x)
 loss = nn.BCEWithLogitsLoss()(logits, y)
 """
     known_problems = ("A sigmoid inside the model (last layer of an `nn.Sequential`, or returned "
-                      "by `forward`) is followed within the linted tree only.")
+                      "by `forward`) is followed within the linted tree only. A `forward` that "
+                      "applies it only under a test of one of its parameters (`if apply_sigmoid:`) "
+                      "returns sigmoid outputs only to the calls that pass a true literal (or rely "
+                      "on a true default).")
     fix_safety = "safe"
     fix_doc = ("Removes the sigmoid call that feeds the loss, inline or in the assignment of the "
                "name passed to the loss. Safe when the sigmoid outputs have no other use; unsafe "

@@ -736,10 +736,13 @@ class ModuleModel:
     def forward_output_facts(self, fn: FunctionModel, op: CallOp) -> frozenset:
         """Facts of what a model's forward returns (probabilities, log-probabilities, ...); a
         forward that returns what a module passed to it returns (``def forward(self, x, layer):
-        return layer(...)``) returns, here, what the module of this call returns."""
-        from .dataflow import call_output_facts, model_output_facts, param_calls, without_param_calls
+        return layer(...)``) returns, here, what the module of this call returns; one that
+        applies a softmax only when a parameter is set (``if apply_softmax:``) returns
+        probabilities only to a call that sets it (its default when the call passes nothing)."""
+        from .dataflow import call_output_facts, model_output_facts, param_calls, resolve_flag_facts, \
+            without_param_calls
 
-        facts = self._forward_output_facts(fn, op)
+        facts = resolve_flag_facts(self._forward_output_facts(fn, op), op)
         calls = param_calls(facts)
         if not calls:
             return facts
@@ -791,8 +794,11 @@ class ModuleModel:
         facts = frozenset()
         fwd = cls.methods.get("forward")
         if fwd is not None:
+            from .dataflow import flag_conditioned
+
             facts = frozenset(f for f in self.return_facts(fwd) if f in ("probs", "sigmoid", "logprobs", "logits")
                               or f.startswith("calls_param:"))
+            facts = flag_conditioned(self, fwd, facts)  # `if apply_softmax: ...`
         else:
             facts = self._sequential_output(cls)
             if not facts:  # forward inherited from a base class, here or imported

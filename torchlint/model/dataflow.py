@@ -40,8 +40,8 @@ import libcst as cst
 from . import catalog
 from .binder import dotted
 from .ir import (
-    BACKWARD, CALL, FORWARD, GRAD_OFF, LOSS, MOVE, AssignOp, BranchOp, CallOp, LoopOp, ReturnOp,
-    all_ops, walk,
+    BACKWARD, CALL, FORWARD, GRAD_OFF, LOSS, MOVE, AssignOp, BranchOp, CallOp, JumpOp, LoopOp,
+    ReturnOp, all_ops, walk,
 )
 
 EMPTY: frozenset = frozenset()
@@ -252,6 +252,124 @@ def _strip(f: frozenset, *names: str) -> frozenset:
     return f.difference(names)
 
 
+# an output fact of a forward that holds only when one of its parameters tests true (or false):
+# ``flag_param:<positional index, -1 if keyword-only>:<name>:<1|0 the truth it needs>:<1|0|?
+# the default's truth>:<fact>`` (``if apply_softmax: y = F.softmax(y, dim=1)``), resolved at
+# each forward call by the argument it passes (:func:`resolve_flag_facts`)
+FLAG_PARAM = "flag_param:"
+_FALSY = {"False": False, "None": False, "True": True}
+
+
+def _literal_truth(e) -> Optional[bool]:
+    """The truth value of a literal argument (``True``, ``False``, ``None``, ``0``, ``1``)."""
+    if isinstance(e, cst.Name):
+        return _FALSY.get(e.value)
+    if isinstance(e, cst.Integer):
+        try:
+            return int(e.value, 0) != 0
+        except ValueError:
+            return None
+    return None
+
+
+def flag_test(test) -> Optional[tuple]:
+    """``(name, negated)`` of an ``if`` test that is a plain name or ``not`` a name."""
+    neg = False
+    while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        test, neg = test.expression, not neg
+    return (test.value, neg) if isinstance(test, cst.Name) else None
+
+
+def returns_assuming(mm, fn, assume: dict) -> frozenset:
+    """What ``fn`` returns when each parameter named in ``assume`` tests as the given truth
+    value: ``if p:`` runs only the arm it chooses, and a ``return`` on that arm ends the path.
+    The facts the normal pass stored on the ops of ``fn`` are left as they were."""
+    keep = [(op, [op.__dict__[k] for k in _OP_FACT_FIELDS if k in op.__dict__]) for op in all_ops(fn)]
+    saved = (fn.__dict__.get("inplace_ops"), fn.__dict__.get("data_accesses"))
+    try:
+        df = Dataflow(mm, fn, mm.resolver)
+        df.assume = assume
+        df.run()
+        return df.returned
+    finally:
+        for op, vals in keep:
+            for k, v in zip((k for k in _OP_FACT_FIELDS if k in op.__dict__), vals):
+                op.__dict__[k] = v
+        fn.inplace_ops, fn.data_accesses = saved
+
+
+_OP_FACT_FIELDS = ("recv_facts", "arg_facts", "value_facts", "target_facts", "item_facts")
+
+
+def flag_conditioned(mm, fn, facts: frozenset) -> frozenset:
+    """``facts`` (what ``fn``, a forward, returns) with each probability/logit fact that holds
+    only when a parameter tests true (or only when it tests false) turned into a ``flag_param``
+    fact: ``def forward(self, x, apply_softmax=False): ...; if apply_softmax: y = F.softmax(y,
+    dim=1); return y`` returns probabilities only to the calls that pass ``apply_softmax=True``."""
+    kinds = facts.intersection(_PROB_KINDS)
+    if not kinds:
+        return facts
+    params = [p for p in fn.params if not p.startswith("*")]
+    node = fn.node
+    positional = len(node.params.posonly_params) + len(node.params.params) if isinstance(node, cst.FunctionDef) \
+        else len(params)
+    flags = []
+    for op in all_ops(fn):
+        if isinstance(op, BranchOp) and op.test is not None:
+            t = flag_test(op.test)
+            if t and t[0] in params and t[0] not in ("self", "cls") and t[0] not in flags:
+                flags.append(t[0])
+    out = facts
+    for p in flags:
+        on = returns_assuming(mm, fn, {p: True}) & kinds
+        off = returns_assuming(mm, fn, {p: False}) & kinds
+        i = params.index(p)
+        if i >= positional:
+            i = -1  # keyword-only
+        elif params and params[0] in ("self", "cls"):
+            i -= 1
+        d = fn.defaults.get(p)
+        dt = _literal_truth(d) if d is not None else None
+        default = "?" if dt is None else ("1" if dt else "0")
+        for k in kinds:
+            if k not in out:
+                continue
+            if k in on and k not in off:
+                out = (out - {k}) | {f"{FLAG_PARAM}{i}:{p}:1:{default}:{k}"}
+            elif k in off and k not in on:
+                out = (out - {k}) | {f"{FLAG_PARAM}{i}:{p}:0:{default}:{k}"}
+    return out
+
+
+def resolve_flag_facts(facts: frozenset, op) -> frozenset:
+    """``facts`` of a forward at the call ``op``: each ``flag_param`` fact becomes its fact when
+    the argument the call passes (its default when the call passes none) has the truth value it
+    needs. An argument whose value is not a literal drops the fact: the caller chooses the
+    output at run time, and nothing here says which (a finding needs the probabilities on the
+    path the code takes)."""
+    flagged = [f for f in facts if f.startswith(FLAG_PARAM)]
+    if not flagged:
+        return facts
+    out = facts.difference(flagged)
+    positional = [a for a in op.args if a.keyword is None and not a.star]
+    starred = any(a.star for a in op.args)
+    for f in flagged:
+        i, name, on, default, fact = f[len(FLAG_PARAM):].split(":", 4)
+        arg = next((a for a in op.args if a.keyword is not None and a.keyword.value == name), None)
+        idx = int(i)
+        if arg is None and 0 <= idx < len(positional):
+            arg = positional[idx]
+        if arg is not None:
+            truth = _literal_truth(arg.value)
+        elif starred:
+            truth = None
+        else:
+            truth = {"1": True, "0": False}.get(default)
+        if truth is not None and truth == (on == "1"):
+            out = out | {fact}
+    return out
+
+
 class Dataflow:
     def __init__(self, mm, fn, resolver):
         self.mm = mm
@@ -266,6 +384,10 @@ class Dataflow:
         self._keyed: set = set()  # ids of `.data` nodes subscripted by a string: a mapping
         self._cur = None
         self._loop_iters: dict = {}
+        # ``returns_assuming``: the truth value of some parameters; the union of the facts returned
+        self.assume: Optional[dict] = None
+        self.returned: frozenset = EMPTY
+        self._dead = False  # (with ``assume``) the path ended in a return, raise, break or continue
 
     # ---------------------------------------------------------------- driver
     def run(self) -> None:
@@ -282,6 +404,8 @@ class Dataflow:
     def _block(self, block, env) -> dict:
         for op in block:
             env = self._op(op, env)
+            if self._dead:
+                break
         return env
 
     def _op(self, op, env) -> dict:
@@ -357,6 +481,9 @@ class Dataflow:
                     # ``for k in batch: batch[k] = batch[k].to(device)``; ``return batch``
                     op.value_facts = op.value_facts | {"moved"}
                 self._scan_data(op.value, env, op)
+                self.returned = self.returned | op.value_facts
+            if self.assume is not None:
+                self._dead = True
             return env
         if isinstance(op, LoopOp):
             env = dict(env)
@@ -367,15 +494,19 @@ class Dataflow:
                 itf = self._iter_facts(op, env)
                 self._bind(op.target, None, itf, env)
             first = self._block(op.body, env)
+            self._dead = False
             merged = _join(env, first)
             if not op.is_while and op.target is not None:
                 self._bind(op.target, None, self._iter_facts(op, merged), merged)
             second = self._block(op.body, merged)
             out = _join(merged, second)
+            self._dead = False  # the body may not run, and a jump in it ends one iteration
             if op.orelse:
                 out = self._block(op.orelse, out)
             return out
         if isinstance(op, BranchOp):
+            if self.assume is not None:
+                return self._assumed_branch(op, env)
             outs = [self._block(arm, dict(env)) for arm in op.arms]
             if not op.exhaustive:
                 outs.append(env)
@@ -383,7 +514,32 @@ class Dataflow:
             for o in outs[1:]:
                 res = _join(res, o)
             return res
+        if self.assume is not None and isinstance(op, JumpOp):
+            self._dead = True
         return env
+
+    def _assumed_branch(self, op: BranchOp, env) -> dict:
+        """A branch under ``assume``: a test of an assumed parameter runs the arm it chooses;
+        otherwise every arm, joining those whose path goes on."""
+        t = flag_test(op.test) if op.test is not None else None
+        if t is not None and t[0] in self.assume:
+            arm = 0 if self.assume[t[0]] != t[1] else 1
+            return self._block(op.arms[arm], dict(env)) if arm < len(op.arms) else env
+        outs = []
+        for arm in op.arms:
+            o = self._block(arm, dict(env))
+            if not self._dead:
+                outs.append(o)
+            self._dead = False
+        if not op.exhaustive:
+            outs.append(env)
+        if not outs:
+            self._dead = True
+            return env
+        res = outs[0]
+        for o in outs[1:]:
+            res = _join(res, o)
+        return res
 
     def _backwarded_name(self, op: CallOp) -> Optional[str]:
         """The plain name a backward call differentiates: ``loss.backward()``,

@@ -1876,7 +1876,7 @@ class _ForwardDevice:
             m = e.func.attr.value
             recv = self.ev(e.func.value)
             args = self._args(e)
-            if m in _MOVING_METHODS:
+            if m in _MOVING_METHODS or m == "type" and self._type_of_tensor(e):
                 return "in" if recv is not None else None
             if m in _NON_TENSOR_METHODS or m == "cpu":
                 return None
@@ -1908,6 +1908,16 @@ class _ForwardDevice:
         if q and (q.startswith("torch.") and not q.startswith("torch.nn.init")):
             return self._combine(args)
         return None
+
+    def _type_of_tensor(self, e: cst.Call) -> bool:
+        """``x.type(t.type())``: the type string of a tensor ``t`` not made here on the CPU names
+        its device (``torch.cuda.FloatTensor``), so ``x`` goes where ``t`` is, as with
+        ``x.type_as(t)`` or ``x.to(t)``."""
+        a = e.args[0].value if len(e.args) == 1 else None
+        if not (isinstance(a, cst.Call) and not a.args and isinstance(a.func, cst.Attribute)
+                and a.func.attr.value == "type"):
+            return False
+        return not isinstance(self.ev(a.func.value), cst.Call)
 
     def _combine(self, args):
         r = None
