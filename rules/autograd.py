@@ -110,7 +110,9 @@ class InplaceOnSavedTensor(Rule):
         "In-place ops on the outputs of convolutions, linear layers and batch norm (the ResNet "
         "`out += identity`), on fresh tensors, buffers, under `no_grad`, in `nn.init` and in EMA "
         "updates are fine and not reported, and so are changes no backward can reach (inference "
-        "code that keeps only an `argmax` of the changed probabilities, with no backward after it)."
+        "code that keeps only an `argmax` of the changed probabilities, with no backward after it) "
+        "and tensors saved only by an op whose result is `.detach()`ed (`std = torch.sqrt((x * x)"
+        ".mean(1)).detach()` before `x /= std`: that op's backward never runs)."
     )
     example = """\
 class GatedBlock(nn.Module):

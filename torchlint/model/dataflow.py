@@ -307,7 +307,7 @@ def flag_conditioned(mm, fn, facts: frozenset) -> frozenset:
     fact: ``def forward(self, x, apply_softmax=False): ...; if apply_softmax: y = F.softmax(y,
     dim=1); return y`` returns probabilities only to the calls that pass ``apply_softmax=True``."""
     kinds = facts.intersection(_PROB_KINDS)
-    if not kinds:
+    if not kinds or mm._dataflow_state.get(id(fn)) is not True:  # (not while its own pass runs)
         return facts
     params = [p for p in fn.params if not p.startswith("*")]
     node = fn.node
@@ -950,6 +950,7 @@ class Dataflow:
     # ---------------------------------------------------------------- saved operands
     def _mark_saved_call(self, op: CallOp, env) -> dict:
         names = []
+        node = op.node
         if op.qual in _SAVING_FUNCS:
             vals = [a.value for a in op.args if a.keyword is None]
             facts = [self.facts(v, env) for v in vals]
@@ -963,44 +964,132 @@ class Dataflow:
                 names.append((op.recv_node, op.recv_facts))
             if op.recv_facts & _GRAPHY:
                 names.append((other, of))
-        env = self._mark(names, env)
+        env = self._mark(names, env, node)
         for a in op.args:
             env = self._mark_saved(a.value, env)
         return env
 
     def _mark_saved(self, expr, env) -> dict:
-        names = []
         stack = [expr]
         while stack:
             e = stack.pop()
             if e is None or type(e) is cst.Lambda or type(e) is cst.Call:
                 continue
             if type(e) is cst.BinaryOperation and type(e.operator).__name__ in _SAVING_BINOPS:
+                names = []
                 lf, rf = self.facts(e.left, env), self.facts(e.right, env)
                 if rf & _GRAPHY:
                     names.append((e.left, lf))
                 if lf & _GRAPHY:
                     names.append((e.right, rf))
+                env = self._mark(names, env, e)
             for child in _code_children(e):
                 if _is(child, cst.BaseExpression):
                     stack.append(child)
-        return self._mark(names, env)
+        return env
 
-    def _mark(self, names, env) -> dict:
+    def _mark(self, names, env, saver) -> dict:
+        """``names`` (operands of ``saver``, an op that saves its inputs) are now saved for
+        backward, unless no backward can reach ``saver``'s result (:meth:`_result_unreached`)."""
         out = env
         for node, f in names:
             d = dotted(node) if isinstance(node, (cst.Name, cst.Attribute)) else None
             if not d or d not in env or not (f & (_GRAPHY | {"fresh", "batch"})) or "saved" in f:
                 continue
+            if self._result_unreached(saver):
+                return env
             if out is env:
                 out = dict(env)
             out[d] = out[d] | {"saved"}
         return out
 
+    def _result_unreached(self, saver) -> bool:
+        """No backward can reach the result of ``saver`` (an expression of the current op's
+        statement), so what it saved is never read: the result is ``.detach()``ed (or made an
+        index, a number) in its expression (``torch.sqrt((x * x).mean(1)).detach()``), or the
+        statement binds it to a name that the next statement of the same block reading that
+        name rebinds to such a result (``std = torch.sqrt(torch.sum(x * x, 1) / n)``,
+        ``std = std.unsqueeze(1).detach()``)."""
+        op = self._cur
+        stmt = op.stmt if op is not None else None
+        if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
+            return False
+        path = _path_to(stmt.body[0], saver)
+        if path is None:
+            return False
+        if _under_no_grad_method(path):
+            return True
+        small = stmt.body[0]
+        if not (isinstance(small, cst.Assign) and len(small.targets) == 1 and path[1] is small.value
+                and isinstance(small.targets[0].target, cst.Name)):
+            return False
+        name = small.targets[0].target.value
+        ops = all_ops(self.fn)
+        at = next((i for i, o in enumerate(ops) if o is op), None)
+        if at is None:
+            return False
+        seen = {id(stmt)}
+        for o in ops[at + 1:]:
+            later = o.stmt
+            if id(later) in seen:
+                continue
+            seen.add(id(later))
+            if not any(isinstance(n, cst.Name) and n.value == name for n in _subtree(later)):
+                continue
+            if not isinstance(later, cst.SimpleStatementLine) or o.guards != op.guards or o.loop is not op.loop:
+                return False  # read in another block: perhaps on a path that keeps the graph
+            nxt = later.body[0] if len(later.body) == 1 else None
+            if not (isinstance(nxt, cst.Assign) and any(isinstance(t.target, cst.Name) and t.target.value == name
+                                                        for t in nxt.targets)):
+                return False
+            uses = [n for n in _subtree(nxt.value) if isinstance(n, cst.Name) and n.value == name]
+            return bool(uses) and all(_under_no_grad_method(_path_to(nxt.value, n) or ()) for n in uses)
+        return False
+
     def _arg0(self, e: cst.Call, env) -> frozenset:
         if not e.args:
             return EMPTY
         return self.facts(e.args[0].value, env)
+
+
+# methods whose result carries no gradient: what autograd saved for the ops under them is never read
+_NO_GRAD_METHODS = frozenset({"detach", "item", "tolist", "numpy", "argmax", "argmin", "argsort"})
+
+
+def _subtree(node):
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        yield n
+        stack.extend(_code_children(n))
+
+
+def _path_to(root, node) -> Optional[list]:
+    """The nodes from ``root`` down to ``node`` (both included), or None."""
+    stack = [(root, None)]
+    parent: dict = {}
+    while stack:
+        n, up = stack.pop()
+        parent[id(n)] = up
+        if n is node:
+            path = [n]
+            while up is not None:
+                path.append(up)
+                up = parent[id(up)]
+            return path[::-1]
+        stack.extend((c, n) for c in _code_children(n))
+    return None
+
+
+def _under_no_grad_method(path) -> bool:
+    """The last node of ``path`` is inside the receiver of ``.detach()`` (``.item()``,
+    ``.argmax()`` ...) on the way up to the first."""
+    for k in range(len(path) - 2):
+        a = path[k]
+        if type(a) is cst.Call and type(a.func) is cst.Attribute and path[k + 1] is a.func \
+                and a.func.attr.value in _NO_GRAD_METHODS:
+            return True
+    return False
 
 
 def _join(a: dict, b: dict) -> dict:
