@@ -193,6 +193,9 @@ class Probes(TorchFunctionMode):
         self.unmoved: dict = {}
         self.moved: dict = {}
         self.deviceless: dict = {}
+        # ``t.type()`` strings of tensors not made without device= (id -> the string, kept alive):
+        # ``x.type(t.type())`` takes t's device as ``x.type_as(t)`` does (``torch.cuda.FloatTensor``)
+        self.type_strings: dict = {}
         self.moved_modules: dict = {}
         self.user_moved = False  # the program itself (not torch's own code) moved a tensor or module
         self.loaders: dict = {}
@@ -1396,6 +1399,19 @@ class Probes(TorchFunctionMode):
                                          f"{list(x.shape)})")
 
     def _propagate(self, func, name, args, kwargs, out):
+        if name == "type" and isinstance(out, str):
+            if args and isinstance(args[0], torch.Tensor) and self._deviceless(args[0]) is None:
+                if len(self.type_strings) >= 256:
+                    self.type_strings.pop(next(iter(self.type_strings)))
+                self.type_strings[id(out)] = out
+            return
+        if len(args) > 1 and isinstance(out, torch.Tensor) and (
+                name == "type_as" and isinstance(args[1], torch.Tensor) and self._deviceless(args[1]) is None
+                or name == "type" and isinstance(args[1], str) and self.type_strings.get(id(args[1])) is args[1]):
+            self._tag(self.moved, out)  # on the device of the other tensor
+            self.unmoved.pop(id(out), None)
+            self.deviceless.pop(id(out), None)
+            return
         if name in ("to", "cuda") and args and isinstance(args[0], torch.Tensor):
             devarg = name == "cuda" or "device" in kwargs or any(
                 isinstance(a, (str, torch.device, int)) and not isinstance(a, bool) for a in args[1:]) or any(
