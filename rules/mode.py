@@ -8,7 +8,7 @@ from torchlint.model import catalog
 from torchlint.model.binder import dotted
 from torchlint.model.flow import ENTRY, norm_path
 from torchlint.model.ir import (
-    BACKWARD, CALL, FORWARD, GRAD_OFF, GRAD_ON, GRAD_UNKNOWN, STEP, AssignOp, CallOp, LoopOp, all_ops, walk,
+    BACKWARD, CALL, FORWARD, GRAD_OFF, GRAD_ON, GRAD_UNKNOWN, MODE, STEP, AssignOp, CallOp, LoopOp, all_ops, walk,
 )
 from torchlint.model.queries import (
     analysable_functions, call_runs_backward, eval_step_helpers, evaluates_after_training,
@@ -73,6 +73,48 @@ def _loaded(origin) -> bool:
     return origin is not None and origin.loaded
 
 
+def _deliberate_train(mm, fn, op, origin) -> bool:
+    """``net.train()`` and then, with no backward or optimizer step in between, forwards under
+    no_grad repeated on the same inputs (``for t in range(100): y_hat.append(net(x))``): train
+    mode chosen on purpose for them (Monte-Carlo dropout, batch-norm statistics accumulated
+    without training).  A loop over a loader that switches to train mode before each forward
+    is not that."""
+    if origin is None or origin.node is None or op.grad != GRAD_OFF:
+        return False
+    lp = op.loop
+    if lp is None or lp.is_while or not isinstance(lp.iter, cst.Call) or dotted(lp.iter.func) != "range" \
+            or lp.target is None:
+        return False
+    from torchlint.model.flow import _names
+
+    if _names(lp.target) & set().union(*(_names(a.value) for a in op.args)):
+        return False  # the loop feeds the forward other inputs each time
+    ops = all_ops(fn)
+    at = {id(o): i for i, o in enumerate(ops)} if len(ops) < 4000 else None
+    if at is None or id(op) not in at:
+        return False
+    j = at[id(op)]
+    m = next((i for i, o in enumerate(ops[:j]) if isinstance(o, CallOp) and o.node is origin.node
+              and o.kind == MODE and o.info == "train"), None)
+    if m is None:
+        return False
+    for o in ops[m + 1:j]:
+        if isinstance(o, CallOp) and (o.kind in (BACKWARD, STEP) or (o.kind == CALL and _backward_or_step(mm, o))):
+            return False
+    return not _in_training(mm, op)
+
+
+def _backward_or_step(mm, o) -> bool:
+    summ = mm.summary_of(o.info)
+    return call_runs_backward(o, summ) or bool(summ and summ.get("step"))
+
+
+def _explicit(origin) -> bool:
+    """The train mode was set by the code (``model.train()``, a helper that switches it), not
+    the mode a model is built in."""
+    return origin is not None and not origin.returned
+
+
 def _chosen(origin) -> bool:
     """The mode was chosen by a condition on purpose (``if training: model.train() else: model.eval()``)."""
     return origin is not None and origin.chosen
@@ -122,18 +164,64 @@ class EvalWithoutEvalMode(Rule):
         "building."
     )
     example = """\
+class Classifier(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Dropout(0.5), nn.Linear(256, 10))
+
+    def forward(self, x):
+        return self.net(x)
+
+
 def evaluate(model, loader):
+    correct = 0
     with torch.no_grad():
         for x, y in loader:
             correct += (model(x).argmax(1) == y).sum().item()
+    return correct
+
+
+model = Classifier()
+model.load_state_dict(torch.load("classifier.pt"))
+print(evaluate(model, test_loader))
 """
     use_instead = """\
+class Classifier(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Dropout(0.5), nn.Linear(256, 10))
+
+    def forward(self, x):
+        return self.net(x)
+
+
 def evaluate(model, loader):
     model.eval()
+    correct = 0
     with torch.no_grad():
         for x, y in loader:
             correct += (model(x).argmax(1) == y).sum().item()
+    return correct
+
+
+model = Classifier()
+model.load_state_dict(torch.load("classifier.pt"))
+print(evaluate(model, test_loader))
 """
+    known_problems = (
+        "It reports only where the difference between the modes matters by evidence: a layer "
+        "whose output depends on the mode (`nn.Dropout` with a rate above 0, batch norm, "
+        "`F.dropout`, a read of `self.training`, a torchvision network, a transformers model) is "
+        "seen in what builds the model, in this module or another module of the linted tree. A "
+        "model of unknown make (a library class such as a diffusers or MONAI network, a model "
+        "handed in with no call site saying what it is) is reported only where the code itself "
+        "switched it to train mode or trained it in the same function. Instance norm is not such "
+        "evidence (in train mode it normalises each sample by its own statistics, as in training). "
+        "Train mode chosen on purpose is not reported: a switch under a test of a mode argument, "
+        "and `model.train()` followed, with no backward or optimizer step in between, by no_grad "
+        "passes repeated over the same inputs (Monte-Carlo dropout, batch-norm statistics "
+        "accumulated without training)."
+    )
     fix_safety = "unsafe"
     fix_doc = ("Inserts `model.eval()` before the evaluation loop. Unsafe: the caller may rely on "
                "the model staying in train mode afterwards (see TL202).")
@@ -160,9 +248,21 @@ def evaluate(model, loader):
                     if modes and all(_loaded(o) for _, o in modes):
                         continue  # from_pretrained() returned it in eval mode
                     modes = frozenset(mo for mo in modes if not _loaded(mo[1]))
-                    train = _sorted(mm, [o for m, o in modes if m == "train" and not _chosen(o)])
-                    if (train or any(m == ENTRY for m, _ in modes)) and not mm.resolver.mode_sensitive(fn, t, op.node):
+                    train = _sorted(mm, [o for m, o in modes if m == "train" and not _chosen(o)
+                                         and not _deliberate_train(mm, fn, op, o)])
+                    if not train and any(m == "train" for m, _ in modes) \
+                            and not any(m == ENTRY for m, _ in modes):
+                        continue  # train mode chosen on purpose for this evaluation
+                    layers = mm.resolver.mode_layers(fn, t, op.node) \
+                        if train or any(m == ENTRY for m, _ in modes) else True
+                    if layers is False:
                         continue  # no dropout/batch norm: train and eval mode compute the same
+                    if layers is None:
+                        # a model of unknown make (a library's, one handed in): only where the
+                        # code itself switched it to train mode, or trained it here
+                        train = [o for o in train if _explicit(o)]
+                        if not train and not evaluates_after_training(mm, fn, op):
+                            continue
                     if train and id(op.node) not in reported:
                         seen.add(t)
                         reported.add(id(op.node))
@@ -170,7 +270,7 @@ def evaluate(model, loader):
                                      f"train mode ({_origin_text(mm, train[0])}); call "
                                      f"`{t}.eval()` first", fix=_insert_eval(fn, op, t, train), scope=fn.qualname)
                     elif any(m == ENTRY for m, _ in modes) and not any(m == "eval" for m, _ in modes) \
-                            and is_eval_name(fn.name) and not self._has_callers(mm, fn) \
+                            and layers is True and is_eval_name(fn.name) and not self._has_callers(mm, fn) \
                             and not lightning_eval_hook(mm, fn):  # Lightning switched it to eval
                         seen.add(t)
                         yield Report(op.node, f"`{fn.name}()` evaluates `{op.target}` without calling "
@@ -193,7 +293,10 @@ def evaluate(model, loader):
                         train = _sorted(mm, [o for m, o in at.get(key, ()) if m == "train" and not _chosen(o)])
                         if at.get(key) and all(_loaded(o) for _, o in at[key]):
                             continue  # from_pretrained() returned it in eval mode
-                        if train and norm_path(path) not in seen and mm.resolver.mode_sensitive(fn, path) \
+                        layers = mm.resolver.mode_layers(fn, path) if train else False
+                        if layers is None:
+                            train = [o for o in train if _explicit(o)]  # unknown make: switched by the code
+                        if train and norm_path(path) not in seen and layers is not False \
                                 and not (not (s.get("backward") or s.get("step"))
                                          and untrained_path_here(mm, fn, op, norm_path(path))):
                             seen.add(norm_path(path))

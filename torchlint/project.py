@@ -197,6 +197,10 @@ class ProjectIndex:
         self.by_name: dict = {}  # dotted module name -> [keys]
         self.roots: dict = {}  # key -> import root directory
         self.key_of_path: dict = {}  # absolute path -> key
+        # (dotted name, key) -> the import root of a name a namespace package gives a module
+        # (``utils.model`` for ``utils/model.py`` without ``utils/__init__.py``)
+        self.alias_roots: dict = {}
+        self.tree_top: str = ""  # the folder holding every linted file
         for key in self.modules:
             self.by_name.setdefault(key.split("@", 1)[0], []).append(key)
 
@@ -248,6 +252,28 @@ class ProjectIndex:
             keys = p.by_name.setdefault(name, [])
             if key not in keys:
                 keys.append(key)
+        # PEP 420 namespace packages: a folder without ``__init__.py`` is importable by its
+        # name from the folder above (``from utils.model import get_model`` for
+        # ``utils/model.py``): a module is also known by the names the folders above its import
+        # root give it, up to two levels and inside the linted tree
+        folders = sorted({os.path.dirname(ap) for _, _, ap, _ in entries})
+        top = p.tree_top = os.path.commonpath(folders) if folders else ""
+        for name, root, ap, f in entries:
+            key = p.key_of_path.get(ap)
+            if key is None:
+                continue
+            r, alias = root, name
+            for _ in range(2):
+                if r == top or not r.startswith(top.rstrip(os.sep) + os.sep):
+                    break
+                r, head = os.path.split(r)
+                if not head.isidentifier():
+                    break
+                alias = f"{head}.{alias}"
+                keys = p.by_name.setdefault(alias, [])
+                if key not in keys:
+                    keys.append(key)
+                p.alias_roots[(alias, key)] = r
         return p
 
     def clear_exports(self) -> None:
@@ -294,7 +320,7 @@ class ProjectIndex:
         if name.partition(".")[0] in _STDLIB:
             # ``import itertools`` loads the standard library's module, not a tree file of
             # that name, unless the importer sits next to it (a script run from its folder)
-            keys = [k for k in keys if self.roots.get(k) in (root, here)]
+            keys = [k for k in keys if self.alias_roots.get((name, k), self.roots.get(k)) in (root, here)]
             if not keys:
                 return None
         if len(keys) == 1:
@@ -302,9 +328,22 @@ class ProjectIndex:
         for r in (root, here):
             if r is None:
                 continue
-            hit = [k for k in keys if self.roots.get(k) == r]
+            hit = [k for k in keys if self.alias_roots.get((name, k), self.roots.get(k)) == r]
             if len(hit) == 1:
                 return hit[0]
+        # an importer in a namespace package (``utils/model.py`` imported as ``utils.model``)
+        # runs with the folder above on ``sys.path``: its imports resolve from there too
+        import os
+
+        for r in (root, here):
+            for _ in range(2):
+                if r is None or not self.tree_top or r == self.tree_top \
+                        or not r.startswith(self.tree_top.rstrip(os.sep) + os.sep):
+                    break
+                r = os.path.dirname(r)
+                hit = [k for k in keys if self.alias_roots.get((name, k), self.roots.get(k)) == r]
+                if len(hit) == 1:
+                    return hit[0]
         return None
 
     def locate(self, qual: Optional[str], root: Optional[str] = None,
@@ -391,7 +430,7 @@ class ProjectIndex:
             tops = {}
             for name, keys in self.by_name.items():
                 tops.setdefault(name.partition(".")[0], []).extend(
-                    (k, self.roots.get(k, "")) for k in keys)
+                    (k, self.alias_roots.get((name, k), self.roots.get(k, ""))) for k in keys)
             tops = self._tops = {t: hashlib.sha1(json.dumps(sorted(v)).encode()).hexdigest()[:16]
                                  for t, v in tops.items()}
         return tops.get(top)
@@ -431,6 +470,8 @@ class ProjectIndex:
                     v = ["mode-free-if", json.dumps(facts["mode_free_if"], sort_keys=True)]
                 elif facts.get("is_module") is False and facts.get("plain"):  # not a module at all
                     v = ["plain"]
+                if facts.get("is_module") and facts.get("mode_layers") is not None:  # a mode-dependent layer is seen in it, or none
+                    v = (v or []) + ["mode-layers" if facts["mode_layers"] else "no-mode-layers"]
             return [key] + v if v else None  # an ordinary class answers like an unknown one
         if aspect is Aspect.METHOD:
             cls_q, _, name = rest.rpartition(".")
@@ -494,6 +535,7 @@ class ProjectIndex:
         """The same module table without any exports (a worker's replica starts from it)."""
         p = ProjectIndex(dict(self.modules))
         p.roots, p.key_of_path, p.by_name = self.roots, self.key_of_path, self.by_name
+        p.alias_roots, p.tree_top = self.alias_roots, self.tree_top
         return p
 
 

@@ -120,7 +120,7 @@ def import_graph(files, project, read) -> list:
     from .discover import module_name_for
 
     index = {os.path.abspath(f): i for i, f in enumerate(files)}
-    tops = {k.split("@", 1)[0].split(".", 1)[0] for k in project.modules}  # the tree's packages
+    tops = {n.split(".", 1)[0] for n in project.by_name}  # the tree's packages (namespace ones too)
     by_key = {k: index.get(os.path.abspath(p)) for k, p in project.modules.items()}
     seen: list = []  # per file: (names it imports, import root, folder)
     reexported: dict = {}  # "pkg.name" -> index of the module of pkg that defines it

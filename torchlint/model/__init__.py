@@ -244,6 +244,7 @@ class ModuleModel:
         self.binder.bind()
         self.classes = self.binder.classes
         self.redefined = self.binder.redefined
+        self.redefined_functions = self.binder.redefined_functions
         self.functions = self.binder.functions
         self.all_functions = self.binder.all_functions
         self.module_function = self.binder.module_function
@@ -559,7 +560,24 @@ class ModuleModel:
         linted tree (absolute, relative, through package re-exports), ``self.method()``
         through the class and its bases (in this module or imported), and ``Class.method``.
         """
-        return self._resolve_name(fn, op.func)
+        target = self._resolve_name(fn, op.func)
+        if fn.is_module_level and target is not None and op.func in self.redefined_functions \
+                and target is self.functions.get(op.func):
+            target = self.defined_above(op.func, op.node) or target
+        return target
+
+    def defined_above(self, name: str, node) -> Optional[FunctionModel]:
+        """A notebook or script may define a function twice (a later cell adds a ``device``
+        parameter): top-level code calls the definition above it."""
+        defs = self.redefined_functions.get(name)
+        if not defs:
+            return None
+        line = self.line_of(node)
+        best = None
+        for f in defs:
+            if self.def_line(f) < line:
+                best = f
+        return best
 
     def _resolve_name(self, fn: FunctionModel, d: Optional[str], depth: int = 0):
         if d is None:
@@ -1053,6 +1071,9 @@ class ModuleModel:
                     free_if = self.resolver.class_mode_free_if(cls) if facts["mode_sensitive"] else None
                     if free_if:  # unless its constructor's dropout rates are given as 0
                         facts["mode_free_if"] = free_if
+                    layers = self.resolver.class_mode_layers(cls) if facts["mode_sensitive"] else False
+                    if layers is not None:  # a mode-dependent layer is seen in it, or none (absent: unknown)
+                        facts["mode_layers"] = layers
                 except RecursionError:
                     facts["mode_sensitive"] = True
                     facts.pop("mode_free_if", None)

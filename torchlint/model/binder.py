@@ -202,6 +202,7 @@ class Binder:
         self.imports = imports
         self.classes: dict[str, ClassModel] = {}
         self.redefined: dict[str, list] = {}  # qualname -> every definition of a class defined twice
+        self.redefined_functions: dict[str, list] = {}  # name -> every definition of a module-level function defined twice
         self.functions: dict[str, FunctionModel] = {}
         self.module_function = FunctionModel("<module>", "<module>", module, None, [], {}, {}, [])
         self.all_functions: list[FunctionModel] = [self.module_function]
@@ -427,6 +428,8 @@ class Binder:
         if cls is not None:
             cls.methods[name] = fn
         elif outer.is_module_level:
+            if name in self.functions:  # defined again (a later notebook cell): every definition, in order
+                self.redefined_functions.setdefault(name, [self.functions[name]]).append(fn)
             self.functions[name] = fn
         else:
             outer.nested.append(fn)

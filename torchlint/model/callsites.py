@@ -162,15 +162,15 @@ def _local_sites(mm) -> dict:
                 if target is not None:
                     got.setdefault(id(target), []).append((f, args[1:]))
                 continue
-            target = _local_target(mm, f, op.func)
+            target = _local_target(mm, f, op.func, op.node)
             if target is not None:
                 got.setdefault(id(target), []).append((f, args))
     return got
 
 
-def _local_target(mm, fn, name: Optional[str]):
+def _local_target(mm, fn, name: Optional[str], at=None):
     """The function of this module a call of ``name`` from ``fn`` runs (a class: its
-    ``__init__``), or ``None``."""
+    ``__init__``), or ``None``; a call at ``at`` in top-level code runs the definition above it."""
     if not name:
         return None
     cls = mm.classes.get(name) if "." not in name else None
@@ -192,6 +192,8 @@ def _local_target(mm, fn, name: Optional[str]):
             if n.name == name:
                 return n
         f = f.parent
+    if at is not None and fn.is_module_level and name in mm.redefined_functions:
+        return mm.defined_above(name, at) or mm.functions.get(name)
     return mm.functions.get(name)
 
 

@@ -46,6 +46,9 @@ class ModeOrigin:
     # such a state is ``ENTRY`` for every other question (no caller's mode is known), and an
     # evaluation of it is in eval mode
     loaded: bool = False
+    # the mode a helper returns a model in (``return_modes``): a freshly built model is in
+    # train mode without anybody switching it
+    returned: bool = False
     path: str = ""
     line: int = 0
 
@@ -170,7 +173,9 @@ class ModeFlow:
                                 f"`{name}()` (it returns a `from_pretrained()` model, in eval mode)",
                                 path=path, line=line, loaded=True))})
                         elif d:
-                            st[norm_path(d)] = frozenset({(entry[0], ModeOrigin.of_exit(entry))})
+                            _, name, path, line = entry
+                            st[norm_path(d)] = frozenset({(entry[0], ModeOrigin(
+                                f"`{name}()`", path=path, line=line, returned=True))})
                     return st
                 chained = _chained_mode(op.value)
                 if chained is not None:
@@ -301,7 +306,7 @@ class ModeFlow:
         if call is None:
             return {}
         summ = self.mm.summary_of(call.info)
-        return (summ or {}).get("return_modes") or {}
+        return return_modes_at(summ, call.args) if summ else {}
 
     def _chosen_modes(self, br, outs, before, res):
         """``if training: model.train() else: model.eval()``: the mode is chosen on purpose by
@@ -401,12 +406,13 @@ def _unpacked(targets) -> dict:
     return out
 
 
-def _return_modes(mm, fn, flow, where) -> dict:
+def _return_modes(mm, fn, flow, where, returns=None) -> dict:
     """The mode of each model ``fn`` returns, the same on every ``return``: ``{"": entry}`` for
     ``return model``, ``{"0": entry, "1": entry}`` for ``return ours, hf`` (entries as in
-    ``exit_modes``); a model built here is in train mode, one switched by ``eval()`` in eval."""
+    ``exit_modes``); a model built here is in train mode, one switched by ``eval()`` in eval.
+    ``returns`` restricts it to some of the returns (``(op, state)`` pairs)."""
     per = None
-    for op, st in flow.returns.values():
+    for op, st in (flow.returns.values() if returns is None else returns):
         v = op.value
         if v is None:
             return {}
@@ -436,6 +442,106 @@ def _return_modes(mm, fn, flow, where) -> dict:
     return {k: [m, *where] for k, m in (per or {}).items()}
 
 
+def _flag_test(test, params) -> Optional[tuple]:
+    """``(parameter, truth)`` when ``test`` is a plain truth test of a parameter: ``train``,
+    ``not train``, ``train == False``, ``train is True``; else None."""
+    truth = True
+    while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        test, truth = test.expression, not truth
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1 \
+            and isinstance(test.comparisons[0].operator, (cst.Equal, cst.Is, cst.NotEqual, cst.IsNot)) \
+            and isinstance(test.comparisons[0].comparator, cst.Name) \
+            and test.comparisons[0].comparator.value in ("True", "False"):
+        lit = test.comparisons[0].comparator.value == "True"
+        neg = isinstance(test.comparisons[0].operator, (cst.NotEqual, cst.IsNot))
+        test, truth = test.left, truth == (lit != neg)
+    if isinstance(test, cst.Name) and test.value in params:
+        return test.value, truth
+    return None
+
+
+def _truth_of(e) -> Optional[bool]:
+    """The truth of a literal argument or default (``True``, ``False``, ``None``, ``0``, ``1``)."""
+    if isinstance(e, cst.Name) and e.value in ("True", "False", "None"):
+        return e.value == "True"
+    if isinstance(e, cst.Integer):
+        return e.evaluated_value != 0
+    return None
+
+
+def _return_modes_if(mm, fn, flow, where) -> list:
+    """``def get_model(args, train=False): ... if train: model.train(); return model, optim``
+    then ``model.eval(); return model``: the mode of the returned models as a function of a
+    flag parameter, ``[parameter, default truth ("true"/"false"/""), {"true": return_modes,
+    "false": return_modes}]``, resolved per call site (``get_model(args, train=False)``); empty
+    when no flag parameter separates the returns or both truths return the same modes.  A
+    return counts for one truth when a test of the flag guards it, or when it follows, in the
+    function's own block, an ``if flag:`` whose arm ends by returning."""
+    params = [p for p in fn.params if not p.startswith("*") and p not in ("self", "cls")]
+    returns = list(flow.returns.values())
+    if len(returns) < 2 or not params:
+        return []
+    top = {id(o): i for i, o in enumerate(fn.body)}
+    for p in params:
+        split = {True: [], False: []}
+        leaving = []  # (index in the body, truth whose arm returns)
+        for i, o in enumerate(fn.body):
+            if isinstance(o, BranchOp) and o.test is not None and o.leaves and o.leaves[0] \
+                    and not o.exhaustive:
+                ft = _flag_test(o.test, (p,))
+                if ft is not None:
+                    leaving.append((i, ft[1]))
+        used = False
+        for op, st in returns:
+            truth = None
+            for br, arm in op.guards:
+                ft = _flag_test(getattr(br, "test", None), (p,)) if getattr(br, "test", None) is not None else None
+                if ft is not None and (arm == 0 or (arm == 1 and br.exhaustive and len(br.arms) == 2)):
+                    truth = ft[1] if arm == 0 else not ft[1]
+            if truth is None and op.loop is None:
+                first = op.guards[0][0] if op.guards else op
+                at = top.get(id(first))
+                if at is not None:
+                    for i, t in leaving:
+                        if i < at:
+                            truth = not t
+            if truth is None:
+                split[True].append((op, st))
+                split[False].append((op, st))
+            else:
+                used = True
+                split[truth].append((op, st))
+        if not used or not split[True] or not split[False]:
+            continue
+        by = {k: _return_modes(mm, fn, flow, where, split[t]) for k, t in (("true", True), ("false", False))}
+        if by["true"] == by["false"] or not (by["true"] or by["false"]):
+            continue
+        d = _truth_of(fn.defaults.get(p)) if fn.defaults.get(p) is not None else None
+        return [p, "" if d is None else "true" if d else "false", by]
+    return []
+
+
+def return_modes_at(summ, args) -> dict:
+    """The ``return_modes`` of a summary for a call with these arguments (libcst ``Arg`` nodes):
+    the modes its flag parameter's literal argument (or its default) picks when the summary has
+    ``return_modes_if``, else its ``return_modes``."""
+    cond = summ.get("return_modes_if")
+    if type(cond) is list and len(cond) == 3 and type(cond[0]) is str and type(cond[2]) is dict:
+        p, default, by = cond
+        params = list(summ.get("params", ()))
+        pparams = params[1:] if params and params[0] == "self" else params
+        positional = [a for a in args if a.keyword is None and not a.star]
+        got = next((a.value for a in args if a.keyword is not None and a.keyword.value == p), None)
+        if got is None and p in pparams and pparams.index(p) < len(positional):
+            got = positional[pparams.index(p)].value
+        starred = any(a.star for a in args)
+        truth = _truth_of(got) if got is not None else (None if starred or default == "" else default == "true")
+        if truth is not None:
+            modes = by.get("true" if truth else "false")
+            return modes if type(modes) is dict else {}
+    return summ.get("return_modes") or {}
+
+
 def _from_pretrained(value) -> bool:
     """``X.from_pretrained(...)`` (maybe followed by ``.to(device)``/``.cuda()``)."""
     base = value
@@ -461,6 +567,8 @@ def _freshly_built(mm, value) -> bool:
         return False  # transformers returns pretrained models in eval mode: not a fresh train-mode model
     if catalog.role_of_constructor(q)[0] == catalog.MODEL:
         return True  # nn.Linear(...), torchvision.models.resnet18(), timm.create_model(...)
+    if any(_chained_mode(a.value) == "eval" for a in base.args):
+        return False  # ``WrapInception(net.eval())``: the network that runs was switched to eval
     cls = mm.find_class(d)
     if cls is not None and mm.class_is_module(cls):
         return True
@@ -597,6 +705,11 @@ def summarize(mm, fn) -> dict:
         "exit_modes": exit_modes,
         "each_modes": _each_modes(fn, keys),
         "return_modes": _return_modes(mm, fn, flow, where) if not fn.is_module_level else {},
+        # [flag parameter, its default's truth, {"true"/"false": return_modes}]: the returned
+        # models' modes chosen by a flag (``get_model(args, train=False)``)
+        "return_modes_if": _return_modes_if(mm, fn, flow, where) if not fn.is_module_level else [],
+        # it returns a model in which a mode-dependent layer is seen (evidence for TL201)
+        "returns_mode_layers": mm.resolver.returns_mode_layers(fn) if not fn.is_module_level else False,
         "trains_in_entry": sorted(trains_in_entry),
         "evals_in_entry": sorted(evals_in_entry),
         "backward": trains or any(s.get("backward") for s in sub),

@@ -87,7 +87,8 @@ class RoleResolver:
                 if attr == "from_pretrained":
                     base = dotted(func.value) or ""
                     qb = self.mm.qualify(base) if base else None
-                    if qb and catalog.non_torch_object(qb):
+                    if qb and (catalog.non_torch_object(qb) or (qb.startswith("transformers.")
+                                                               and qb.rsplit(".", 1)[-1].startswith(("Flax", "TF")))):
                         # a diffusers pipeline (``AutoPipelineForText2Image``): its ``__call__``
                         # runs no_grad sampling, it is not a module
                         return (None, None)
@@ -157,6 +158,10 @@ class RoleResolver:
                 r = self.class_roles(cls).get(path)
                 if r is not None:
                     return r
+        if path.startswith("self.") and path.count(".") == 1 and fn is not None:
+            cls = fn.cls or (fn.parent.cls if fn.parent is not None else None)
+            if cls is not None and path[5:] in cls.methods:
+                return (None, None)  # ``self.restore_model(step)``: a method, not a module
         if path == "self" and fn is not None and fn.cls is not None and self.mm.class_is_module(fn.cls):
             return (catalog.MODEL, fn.cls.qualname)
         r = self.module_roles().get(path)
@@ -210,12 +215,22 @@ class RoleResolver:
             return False
         if d is None:
             return False
-        value = d[1]
+        value = d_value = d[1]
         if isinstance(value, cst.Lambda):
             return True
         while isinstance(value, cst.Call):
             func = value.func
-            dq = self.mm.qualify(dotted(func)) if dotted(func) else None
+            d = dotted(func)
+            if d and value is d_value:
+                # an instance of a plain class of the tree (no ``nn.Module`` among its bases,
+                # here or through the project): a NumPy network with its own ``forward``
+                cls = self.mm.find_class(d)
+                if cls is not None:
+                    return self.mm._plain_class(cls)
+                ext = self.mm.external_class(d, "mode")
+                if ext is not None:
+                    return ext.get("is_module") is False and bool(ext.get("plain"))
+            dq = self.mm.qualify(d) if d else None
             if dq:
                 return catalog.non_torch_object(dq)
             if isinstance(func, cst.Attribute):  # cv2.dnn.readNet(...).to(...) / a method chain
@@ -229,6 +244,14 @@ class RoleResolver:
         if ann is not None:
             d = dotted(ann)
             q = self.mm.qualify(d) if d else None
+            if q == "torch.nn.Module" and self.mm.is_torch_code:
+                # every loss is an ``nn.Module`` too: what the call sites pass decides
+                # (``eval_model(model, loader, loss_fn: nn.Module)`` given ``nn.CrossEntropyLoss()``)
+                from .callsites import param_role
+
+                site = param_role(self.mm, fn, name)
+                if site is not None and site[0] == catalog.LOSS:
+                    return site
             if q in catalog.ANNOTATION_ROLES:
                 return (catalog.ANNOTATION_ROLES[q], None)
             if d:
@@ -247,10 +270,45 @@ class RoleResolver:
         if site is not None:
             return site
         guess = catalog.role_from_name(name)
+        if guess is not None and self._sites_pass_otherwise(fn, name):
+            return (None, None)  # ``train(model, ...)`` given an instance of a NumPy network class
         if guess == catalog.MODEL and isinstance(fn.defaults.get(name), (
                 cst.SimpleString, cst.ConcatenatedString, cst.FormattedString, cst.Integer, cst.Float)):
             return (None, None)  # ``model="net-lin"``: the name of a variant, not a module
         return (guess, None) if guess else (None, None)
+
+    def _sites_pass_otherwise(self, fn, name: str, depth: int = 0) -> bool:
+        """Every call site of ``fn`` (in this module; none in another) passes, for parameter
+        ``name``, a value known not to be a PyTorch object (see ``defined_otherwise``), maybe
+        through a parameter of the caller whose own call sites do."""
+        from .callsites import _bound, _local_sites
+
+        params = [p for p in fn.params if not p.startswith("*")]
+        if name not in params or fn.is_module_level:
+            return False
+        sites = _local_sites(self.mm).get(id(fn), ())
+        if not sites:
+            return False
+        if fn.parent is None and self.mm.module_name \
+                and self.mm.project.is_called(f"{self.mm.module_name}.{fn.qualname}"):
+            return False
+        idx = params.index(name) - (1 if _bound(fn) else 0)
+        for caller, args in sites:
+            if any(a.star for a in args):
+                return False
+            arg = next((a for a in args if a.keyword is not None and a.keyword.value == name), None)
+            if arg is None:
+                positional = [a for a in args if a.keyword is None]
+                arg = positional[idx] if 0 <= idx < len(positional) else None
+            d = dotted(arg.value) if arg is not None else None
+            if not d or caller is fn:
+                return False
+            if d in caller.params:
+                if depth >= 3 or not self._sites_pass_otherwise(caller, d, depth + 1):
+                    return False
+            elif not self.defined_otherwise(caller, d):
+                return False
+        return True
 
     def local_roles(self, fn) -> dict:
         roles = fn.roles
@@ -584,6 +642,54 @@ class RoleResolver:
         except RecursionError:
             return True
 
+    def mode_layers(self, fn, path: Optional[str], at=None) -> Optional[bool]:
+        """Whether the model at ``path`` is known, by evidence, to behave differently in train
+        and eval mode: it may (``mode_sensitive``) and a layer that depends on the mode is
+        seen in what builds it (an ``nn.Dropout``/``nn.BatchNorm*`` ..., ``F.dropout``, a read
+        of ``self.training``, in its class or a class or factory of the tree it uses, or a
+        torchvision network).  A library model of unknown make, a model handed in with no call
+        site saying what it is, a wrapper of unknown kind: ``None`` (unknown); a model whose
+        make is known and shows no such layer (or none that acts): ``False``."""
+        if not path:
+            return None
+        if not self.mode_sensitive(fn, path, at):
+            return False
+        ms = getattr(self, "_ms", None)
+        if ms is None:
+            ms = self._ms = ModeSensitivity(self)
+        try:
+            return ms.path_layers(fn, _strip_module(path), 0)
+        except RecursionError:
+            return None
+
+    def returns_mode_layers(self, fn) -> bool:
+        """``fn`` returns a model (alone or in a tuple) in which a mode-dependent layer is seen
+        (summary ``returns_mode_layers``: ``get_model(args, train=False)`` of another module)."""
+        ms = getattr(self, "_ms", None)
+        if ms is None:
+            ms = self._ms = ModeSensitivity(self)
+        for op in walk(fn.body):
+            if not isinstance(op, ReturnOp) or op.value is None:
+                continue
+            items = [el.value for el in op.value.elements] if isinstance(op.value, cst.Tuple) else [op.value]
+            for v in items:
+                if isinstance(v, (cst.Name, cst.Attribute, cst.Call)) and self.of_expr(fn, v)[0] == catalog.MODEL:
+                    try:
+                        if ms.expr_layers(fn, v, 1):
+                            return True
+                    except RecursionError:
+                        return False
+        return False
+
+    def class_mode_layers(self, cls) -> Optional[bool]:
+        ms = getattr(self, "_ms", None)
+        if ms is None:
+            ms = self._ms = ModeSensitivity(self)
+        try:
+            return ms.class_layers(cls, 0)
+        except RecursionError:
+            return None
+
     def class_mode_sensitive(self, cls) -> bool:
         ms = getattr(self, "_ms", None)
         if ms is None:
@@ -762,6 +868,29 @@ _MODE_LAYER = re.compile(r"Dropout|BatchNorm|InstanceNorm|Transformer|MultiheadA
 _RNN_LAYERS = {"torch.nn.LSTM", "torch.nn.GRU", "torch.nn.RNN"}
 _NEUTRAL_PREFIXES = ("collections.", "typing.", "math.", "itertools.", "functools.", "dataclasses.",
                      "pathlib.", "enum.", "numbers.", "warnings.", "numpy.", "logging.", "os.", "re.")
+# torchvision families that all have batch norm, dropout or stochastic depth
+_TORCHVISION_NETS = re.compile(r"^torchvision\.models\.(.+\.)?(resnet|resnext|wide_resnet|vgg|densenet|mobilenet|"
+                               r"efficientnet|inception|googlenet|alexnet|squeezenet|shufflenet|mnasnet|regnet|"
+                               r"convnext|fcn_|deeplab|lraspp|fasterrcnn|maskrcnn|keypointrcnn|retinanet|ssd|fcos)")
+# layers whose train-mode output differs from the eval-mode output in a way that matters for an
+# evaluation (instance norm is left out: in train mode it normalises each sample by its own
+# statistics, as in training)
+_NEUTRAL_TOPS = frozenset(("collections", "typing", "math", "itertools", "functools", "dataclasses", "pathlib",
+                           "enum", "numbers", "warnings", "numpy", "logging", "os", "re", "copy", "random"))
+_EVIDENT_LAYER = re.compile(r"Dropout|BatchNorm|TransformerEncoderLayer|TransformerDecoderLayer|^Transformer$|RReLU")
+
+
+def _any3(values) -> Optional[bool]:
+    """``any`` over tri-state answers: True if one is True, else None if one is unknown."""
+    out: Optional[bool] = False
+    for v in values:
+        if v:
+            return True
+        if v is None:
+            out = None
+    return out
+
+
 _TRAINING_ATTR = re.compile(r"\.training\b|\btraining\s*=\s*self\b")
 
 
@@ -810,6 +939,181 @@ class ModeSensitivity:
         if d is None:
             return self._returned_by_helper(fn, path)
         return self.of_expr(d[0], d[1], 0)
+
+    # ------------------------------------------------ evidence of mode-dependent layers
+    # Tri-state answers: True (a mode-dependent layer is seen), False (the model's make is
+    # known and none is seen), None (its make is unknown: a library model, a model handed in).
+    def path_layers(self, fn, path: str, depth: int) -> Optional[bool]:
+        """Whether a mode-dependent layer is seen in what the model at ``path`` is built from."""
+        if depth > 6:
+            return None
+        role, info = self.r.of_path(fn, path)
+        if role == catalog.MODEL and isinstance(info, str):
+            cls = self.mm.classes.get(info)
+            if cls is not None:
+                return self.class_layers(cls, depth + 1)
+            if "." in info:
+                facts = self.mm.project.class_facts(self.mm.project.resolve(info), "mode")
+                if facts is not None and facts.get("is_module"):
+                    return bool(facts.get("mode_layers"))
+        d = self.r.definition(fn, path)
+        if d is None:
+            return self._returned_layers(fn, path, depth)
+        return self.expr_layers(d[0], d[1], depth + 1)
+
+    def _returned_layers(self, fn, path: str, depth: int) -> Optional[bool]:
+        """``model, result = train_model(...)``: the model a helper of this module returns at
+        that position (see ``_returned_by_helper``)."""
+        for op in all_ops(fn):
+            if not (isinstance(op, AssignOp) and op.aug is None and isinstance(op.value, cst.Call)):
+                continue
+            for t in op.targets:
+                if not isinstance(t, (cst.Tuple, cst.List)):
+                    continue
+                idx = next((i for i, el in enumerate(t.elements) if dotted(el.value) == path), None)
+                if idx is None:
+                    continue
+                helper = self.mm.functions.get(dotted(op.value.func) or "")
+                if helper is None:
+                    return None
+                rets = [r.value for r in walk(helper.body) if isinstance(r, ReturnOp)]
+                if not rets or any(not isinstance(v, cst.Tuple) or len(v.elements) <= idx for v in rets):
+                    return None
+                return _any3(self.expr_layers(helper, v.elements[idx].value, depth + 1) for v in rets)
+        return None
+
+    def expr_layers(self, fn, e, depth: int) -> Optional[bool]:
+        if depth > 6 or e is None:
+            return None
+        if isinstance(e, cst.Call):
+            func = e.func
+            if isinstance(func, cst.Attribute) and func.attr.value in _PASSTHROUGH_METHODS:
+                return self.expr_layers(fn, func.value, depth + 1)
+            d = dotted(func)
+            q = (self.mm.qualify(d) if d else None) or ""
+            if q.startswith("torch.nn.") and not q.startswith("torch.nn.functional."):
+                last = q.rsplit(".", 1)[-1]
+                if _EVIDENT_LAYER.search(last):
+                    return True
+                if last in ("Sequential", "ModuleList", "ModuleDict"):
+                    return _any3(self.expr_layers(fn, a.value, depth + 1) for a in e.args)
+                return False
+            if _TORCHVISION_NETS.match(q):
+                return True  # batch norm or dropout in every one of these families
+            if q in _WRAPPERS and e.args:
+                return self.expr_layers(fn, e.args[0].value, depth + 1)
+            if isinstance(func, cst.Attribute) and func.attr.value == "load_from_checkpoint":
+                local = self.mm.find_class(dotted(func.value) or "")
+                return self.class_layers(local, depth + 1) if local is not None else None
+            if isinstance(func, cst.Attribute) and func.attr.value == "from_pretrained" \
+                    and q.startswith("transformers.") and not q.rsplit(".", 2)[-2].startswith(("Flax", "TF")):
+                return True  # a transformers model: dropout in its config (hidden/attention dropout)
+            if d:
+                local = self.mm.find_class(d)
+                if local is not None:
+                    return self.class_layers(local, depth + 1)
+                target = self.mm.functions.get(d)
+                if target is not None:
+                    return _any3(self.expr_layers(target, op.value, depth + 1) for op in walk(target.body)
+                                 if isinstance(op, ReturnOp) and op.value is not None)
+                facts = self.mm.external_class(d, "mode")
+                if facts is not None and facts.get("is_module"):
+                    return bool(facts.get("mode_layers"))
+                if q:  # a model factory of another module of the tree
+                    summ = self.mm.summary_of(self.mm._external(q))
+                    if summ and summ.get("returns_mode_layers"):
+                        return True
+            return None
+        if isinstance(e, (cst.List, cst.Tuple)):
+            return _any3(self.expr_layers(fn, el.value, depth + 1) for el in e.elements)
+        if isinstance(e, (cst.Name, cst.Attribute)):
+            d = dotted(e)
+            return self.path_layers(fn, d, depth + 1) if d else None
+        return None
+
+    def class_layers(self, cls, depth: int) -> Optional[bool]:
+        """``cls`` (a class of this module) builds or runs a mode-dependent layer, in its own
+        methods, its bases of the tree, or the classes and layer factories of the tree it
+        builds."""
+        memo = self.__dict__.setdefault("_layers", {})
+        key = id(cls)
+        if key in memo:
+            return memo[key]
+        memo[key] = False  # recursion guard
+        memo[key] = got = self._class_layers(cls, depth)
+        return got
+
+    def _class_layers(self, cls, depth: int) -> Optional[bool]:
+        if depth > 8:
+            return None
+        unknown = False
+        for b, raw in zip(cls.bases, cls.raw_bases):
+            if b in catalog.MODULE_BASES or b in ("torch.nn.Module", "Module", "object"):
+                continue
+            local = self.mm.find_class(raw)
+            if local is not None and local is not cls:
+                got = self.class_layers(local, depth + 1)
+                if got:
+                    return True
+                unknown |= got is None
+                continue
+            facts = self.mm.external_class(raw, "mode")
+            if facts is not None and facts.get("mode_layers"):
+                return True
+            unknown |= facts is None or facts.get("mode_layers") is None
+        init = cls.methods.get("__init__")
+        if init is not None and self._runs_handed_in(cls, init):
+            unknown = True  # a module of the caller's choosing
+        for m in cls.methods.values():
+            for op in walk(m.body):
+                if not isinstance(op, CallOp):
+                    continue
+                q = op.qual or ""
+                last = q.rsplit(".", 1)[-1]
+                if q.startswith("torch.nn.") and (_EVIDENT_LAYER.search(last) or "dropout" in last
+                                                  or last == "batch_norm"):
+                    return True
+                if _TORCHVISION_NETS.match(q):
+                    return True
+                if not op.func or op.func.startswith("self.") or op.func == cls.name:
+                    continue
+                got = False
+                if "." not in op.func:
+                    local = self.mm.find_class(op.func)
+                    target = self.mm.functions.get(op.func) if local is None else None
+                    if local is not None and local is not cls:
+                        got = self.class_layers(local, depth + 1)
+                    elif target is not None:
+                        got = _any3(self.expr_layers(target, r.value, depth + 1) for r in walk(target.body)
+                                    if isinstance(r, ReturnOp) and r.value is not None)
+                    elif local is None:
+                        got = self._external_layers(op, q, last)
+                else:
+                    got = self._external_layers(op, q, last)
+                if got:
+                    return True
+                unknown |= got is None
+        text = getattr(self.mm, "text", None)
+        if isinstance(text, str) and self._text_mentions_training(text):
+            try:
+                if _TRAINING_ATTR.search(self.mm.code_for(cls.node)):
+                    return True  # ``if self.training:`` / ``F.dropout(x, training=self.training)``
+            except Exception:
+                return None
+        return None if unknown else False
+
+    def _external_layers(self, op, q: str, last: str) -> Optional[bool]:
+        """A class built in a method: of another tree module (its facts), of a library other
+        than PyTorch (unknown when it is a class: a module of unknown make), or anything else
+        (a function of a library: no module)."""
+        if not q or q.startswith(("torch.", "builtins.")) or q.partition(".")[0] in _NEUTRAL_TOPS:
+            return False
+        facts = self.mm.external_class(op.func, "mode")
+        if facts is not None:
+            return facts.get("mode_layers") if facts.get("is_module") else False
+        if last[:1].isupper() and self.mm.locate(q) is None:
+            return None  # ``UNet2DModel(...)``, ``monai.networks.nets.UNet(...)``
+        return False
 
     def of_class(self, cls, zeros: frozenset = frozenset()) -> bool:
         """``zeros``: the conditions of :meth:`needs` that a construction meets."""
