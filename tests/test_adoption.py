@@ -189,26 +189,35 @@ def test_flake8_plugin_costs_nothing_when_its_codes_are_not_selected(tmp_path):
     assert "TL103" not in out
     # a preview rule runs only when named by its full code, as with `torchlint`
     (tmp_path / ".flake8").unlink()
-    (tmp_path / "evaluate.py").write_text(EVALUATE_IN_TRAIN_MODE)
-    assert "TL201" not in _flake8_in_process(["--select", "TL", "evaluate.py"], tmp_path)
-    out = _flake8_in_process(["--select", "TL201", "evaluate.py"], tmp_path)
-    assert out.startswith("evaluate.py:13:20: TL201 "), out
+    (tmp_path / "train_epochs.py").write_text(TRAIN_AFTER_EVAL)
+    assert "TL202" not in _flake8_in_process(["--select", "TL", "train_epochs.py"], tmp_path)
+    out = _flake8_in_process(["--select", "TL202", "train_epochs.py"], tmp_path)
+    assert out.startswith("train_epochs.py:19:30: TL202 "), out
 
 
-EVALUATE_IN_TRAIN_MODE = textwrap.dedent('''\
+TRAIN_AFTER_EVAL = textwrap.dedent('''\
     import torch
     import torch.nn as nn
 
 
-    def fit(model, train_loader, val_loader, optimizer, criterion):
-        model.train()
-        for x, y in train_loader:
-            optimizer.zero_grad()
-            criterion(model(x), y).backward()
-            optimizer.step()
+    def evaluate(model, loader):
+        model.eval()
+        correct = 0
         with torch.no_grad():
-            for x, y in val_loader:
-                print((model(x).argmax(dim=1) == y).float().mean().item())
+            for x, y in loader:
+                correct += (model(x).argmax(dim=1) == y).sum().item()
+        return correct / len(loader.dataset)
+
+
+    def fit(model, train_loader, val_loader, optimizer, criterion, num_epochs):
+        model.train()
+        for epoch in range(num_epochs):
+            for x, y in train_loader:
+                optimizer.zero_grad()
+                loss = criterion(model(x), y)
+                loss.backward()
+                optimizer.step()
+            print(evaluate(model, val_loader))
 ''')
 
 

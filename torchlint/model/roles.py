@@ -279,8 +279,8 @@ class RoleResolver:
 
     def _sites_pass_otherwise(self, fn, name: str, depth: int = 0) -> bool:
         """Every call site of ``fn`` (in this module; none in another) passes, for parameter
-        ``name``, a value known not to be a PyTorch object (see ``defined_otherwise``), maybe
-        through a parameter of the caller whose own call sites do."""
+        ``name``, an instance of a plain class of the tree, maybe through a parameter of the
+        caller whose own call sites do."""
         from .callsites import _bound, _local_sites
 
         params = [p for p in fn.params if not p.startswith("*")]
@@ -306,9 +306,26 @@ class RoleResolver:
             if d in caller.params:
                 if depth >= 3 or not self._sites_pass_otherwise(caller, d, depth + 1):
                     return False
-            elif not self.defined_otherwise(caller, d):
+            elif not self._plain_instance(caller, d):
                 return False
         return True
+
+    def _plain_instance(self, fn, path: str) -> bool:
+        """``path`` is bound to an instance of a plain class of the tree (no ``nn.Module`` in
+        its bases: a NumPy network with its own ``forward``)."""
+        try:
+            d = self.definition(fn, path)
+        except RecursionError:
+            return False
+        value = d[1] if d is not None else None
+        if not isinstance(value, cst.Call) or not dotted(value.func):
+            return False
+        name = dotted(value.func)
+        cls = self.mm.find_class(name)
+        if cls is not None:
+            return self.mm._plain_class(cls)
+        ext = self.mm.external_class(name, "mode")
+        return ext is not None and ext.get("is_module") is False and bool(ext.get("plain"))
 
     def local_roles(self, fn) -> dict:
         roles = fn.roles
