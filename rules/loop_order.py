@@ -12,13 +12,13 @@ from torchlint.model.flow import norm_path
 from torchlint.model.ir import (
     BACKWARD, CALL, CLEAR, FORWARD, LOSS, SCHED_STEP, STEP, AssignOp, CallOp, LoopOp, all_ops,
 )
-from torchlint.model.paths import path_in_order
+from torchlint.model.paths import path_in_order, states_before
 from torchlint.model.queries import (
     analysable_functions, clear_covers, clears, exclusive, first_direct, grads_handed_off, guards_inside,
     is_accumulation_test, is_kind, iteration, leaves_iteration, local_function, manual_update,
     optimizer_owners_text, optimizer_paths, optimizer_wrapper_call, passes_as_argument,
-    carried_clears, clears_on_some_paths, implicit_loop, may_compute_gradients, scheduler_optimizer,
-    scheduler_sets_epoch,
+    carried_clears, clears_on_some_paths, implicit_loop, may_compute_gradients, one_step_function,
+    scheduler_optimizer, scheduler_sets_epoch,
     step_applies_no_gradients, stepped_on_every_path_before, unguarded_in, unit_body,
 )
 from torchlint.rule import Report, Rule
@@ -35,8 +35,8 @@ def _functions(mm):
         seen.add(id(fn))
         yield fn
     for fn in mm.all_functions:
-        if id(fn) not in seen and implicit_loop(mm, fn):
-            yield fn
+        if id(fn) not in seen and (implicit_loop(mm, fn) or one_step_function(mm, fn)):
+            yield fn  # a method of an nn.Module that runs one training step (`train_net`)
 
 
 def _steps(mm, in_loops_only=True):
@@ -97,7 +97,7 @@ for x, y in loader:
             block = unit_body(fn, op.loop)
             seq = iteration(mm, fn, block)
             i = seq.index(op)
-            if any(is_kind(mm, o, BACKWARD) for o in seq[:i]):
+            if _backward_reaches(mm, fn, block, op):
                 continue
             # the first backward after the step on a path through the iteration (not one in an
             # arm the step's own arm excludes)
@@ -112,6 +112,30 @@ for x, y in loader:
                 yield Report(op.node, f"`{_src(op)}` runs before {bwd} {_line(mm, later)} "
                              f"in {where}, so it applies the previous batch's gradients",
                              fix=_move_step_after(fn, op, later), scope=fn.qualname)
+
+
+def _backward_reaches(mm, fn, block, step) -> bool:
+    """On some path through one iteration ``block``, a backward runs before ``step`` and
+    nothing clears the gradients ``step`` applies in between: the step applies that backward's
+    gradients. A backward in the other arm of `if amp:` does not reach the plain branch's step,
+    nor a critic's backward a generator step after `optimizer_G.zero_grad()` (n_critic GANs)."""
+    def t(fresh, x):
+        if is_kind(mm, x, BACKWARD):
+            return True
+        if fresh and isinstance(x, CallOp) and x.kind == CLEAR and clear_covers(mm, fn, x, step, True):
+            return False
+        return fresh
+    return any(states_before(mm, fn, block, t, (False,), step))
+
+
+def _step_before_its_backward(mm, fn, block, seq, step) -> bool:
+    """No backward reaches ``step`` without a clear in between, and a backward follows it on a
+    path through the iteration: the step was moved above its backward (TL101 reports it)."""
+    if _backward_reaches(mm, fn, block, step):
+        return False
+    i = seq.index(step)
+    return any(is_kind(mm, o, BACKWARD) and path_in_order(mm, fn, block, (lambda x: x is step, lambda x, o=o: x is o))
+               for o in seq[i + 1:])
 
 
 def _stepped_after(mm, fn, bwd, besides) -> bool:
@@ -206,29 +230,43 @@ for i, (x, y) in enumerate(loader):
 
     def check(self, mm):
         reported = set()
-        for fn, op in _steps(mm):
+        for fn, op in _steps(mm, in_loops_only=False):
             loop = op.loop
+            # a step outside any loop of a function that runs one training step (its caller
+            # loops): the order inside one call is the order of every iteration
+            one_call = loop is None and not implicit_loop(mm, fn)
+            if one_call and not one_step_function(mm, fn):
+                continue
             seq = iteration(mm, fn, unit_body(fn, loop))
+            if one_call:  # the function's own step, not what its loops do
+                seq = [o for o in seq if o.loop is None]
             i = seq.index(op)
             n_opts = len({o.target for o in seq if isinstance(o, CallOp) and o.kind == STEP})
             last_bwd = max((j for j in range(i) if is_kind(mm, seq[j], BACKWARD)), default=None)
+            if last_bwd is not None and _step_before_its_backward(mm, fn, unit_body(fn, loop), seq, op):
+                last_bwd = None  # the step runs before its own backward (TL101), the clear is in place
             if last_bwd is not None:
                 for c in seq[last_bwd + 1:i]:
                     if leaves_iteration(c, loop) and not leaves_iteration(op, loop):
                         continue  # `zero_grad(); continue` skips this iteration's step on purpose
+                    if one_call and not path_in_order(mm, fn, fn.body, (lambda x: x is seq[last_bwd],
+                                                                        lambda x: x is c, lambda x: x is op)):
+                        continue  # not on one path (`if ...: return` between them)
                     if clears(mm, c) and clear_covers(mm, fn, c, op, True, n_opts) and id(c) not in reported:
                         reported.add(id(c))
                         yield Report(c.node, f"gradients are cleared after the `backward()` at line "
                                      f"{_line(mm, seq[last_bwd])} and before `{_src(op)}` at line "
                                      f"{_line(mm, op)}, so the step applies zeros",
                                      fix=_move_clear(fn, c, _first_backward(mm, seq, i)), scope=fn.qualname)
+            if one_call:
+                continue  # accumulation across calls: how often the caller calls is not known
             # gradient accumulation: clear every iteration, step every k
             step_guards = guards_inside(op, loop)
             acc = next((br for br, _ in step_guards if is_accumulation_test(br.test)), None)
             if acc is None:
                 continue
             arm = next(a for br, a in step_guards if br is acc)
-            if any(is_kind(mm, o, BACKWARD) and (acc, arm) in o.guards for o in seq[:i]):
+            if any(is_kind(mm, o, BACKWARD) and (acc, arm) in o.guards for o in seq):
                 continue  # backward and step both under the condition: every n-th iteration
                 # trains this optimizer (n_critic GAN updates), nothing is meant to accumulate
             # a clear in every iteration that, on some path, throws away the gradients earlier

@@ -12,7 +12,7 @@ from torchlint.model.ir import (
 )
 from torchlint.model.queries import (
     analysable_functions, call_runs_backward, eval_step_helpers, evaluates_after_training,
-    forward_records_no_graph, lightning_eval_hook, is_kind,
+    forward_records_no_graph, helper_forward_keys, lightning_eval_hook, is_kind, model_call_target,
     iteration, local_function, reaches_backward, steps_or_updates, training_loop_before, trains, untrained_here,
     untrained_path_here, uses_autograd, within,
 )
@@ -522,19 +522,30 @@ with torch.no_grad():
                 if loop.runs_once:
                     continue  # one batch taken to look at (`...; break`): one graph, not one per batch
                 fwds = [o for o in walk(loop.body) if isinstance(o, CallOp) and o.kind == FORWARD]
+                # forwards through a library helper given the model, or a method of the model
+                runs = [(o, p) for o in walk(loop.body) for p in (model_call_target(mm, fn, o),) if p]
                 # the forwards run in a per-batch step called only from this loop
-                steps = [] if fwds else eval_step_helpers(mm, loop)
-                if not (fwds or steps) or uses_autograd(mm, loop.body, fn):
+                steps = [] if fwds or runs else eval_step_helpers(mm, loop)
+                # ... or in a helper shared with training that runs the models it is given
+                helpers = [] if fwds or runs or steps else [
+                    (o, keys) for o in walk(loop.body) for keys in (helper_forward_keys(mm, o),) if keys]
+                seen = fwds + [o for o, _ in runs] + steps + [o for o, _ in helpers]
+                if not seen or uses_autograd(mm, loop.body, fn):
                     continue  # gradients on purpose: attacks, saliency, test-time adaptation
-                if any(o.grad in (GRAD_OFF, "?") for o in fwds + steps) or loop.grad in (GRAD_OFF, "?"):
+                if any(o.grad in (GRAD_OFF, "?") for o in seen) or loop.grad in (GRAD_OFF, "?"):
                     continue
-                if fwds and all(forward_records_no_graph(mm, fn, o.target) for o in fwds):
+                targets = [o.target for o in fwds] + [p for _, p in runs]
+                if targets and not helpers and all(forward_records_no_graph(mm, fn, t) for t in targets):
                     continue  # frozen models, forwards that run under no_grad: no graph to build
                 if _feeds_backward(mm, fn, loop):
                     continue
                 modes = set()
-                for o in fwds:
+                for o in fwds + [o for o, _ in runs]:
                     modes |= {m for m, _ in flow.at.get(id(o), frozenset())}
+                for o, keys in helpers:
+                    at = flow.at_args.get(id(o), {})
+                    for k in keys:
+                        modes |= {m for m, _ in at.get(k, frozenset())} or {ENTRY}
                 if steps:
                     modes.add(ENTRY)  # the step's models: in the mode this function leaves them
                 evalmode = "eval" in modes and "train" not in modes
@@ -543,7 +554,8 @@ with torch.no_grad():
                 if not self._callers_enable_grad(mm, fn):
                     continue
                 reported_loops.append(loop)
-                via = f" (in `{steps[0].info.name}()`, called once per batch)" if steps else ""
+                via = f" (in `{steps[0].info.name}()`, called once per batch)" if steps else \
+                    f" (in `{helpers[0][0].info.name}()`, called once per batch)" if helpers else ""
                 yield Report(loop.node, f"this evaluation loop runs the model{via} without `torch.no_grad()` "
                              "or `torch.inference_mode()`, so every forward pass builds an autograd graph",
                              fix=_wrap_no_grad(loop), scope=fn.qualname)

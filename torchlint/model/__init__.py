@@ -715,12 +715,12 @@ class ModuleModel:
             # (another module's globals are not the caller's variables of the same name)
             # closures and globals: the callee sees the caller's variable of the same name
             for key in list(summ.get("exit_modes", {})) + list(summ.get("trains_in_entry", ())) + \
-                    list(summ.get("evals_in_entry", ())):
+                    list(summ.get("evals_in_entry", ())) + list(summ.get("forwards", ())):
                 if key.split(".", 1)[0] in free:
                     out.setdefault(key, key)
         if is_method and (op.func or "").startswith("self."):
             for key in list(summ.get("exit_modes", {})) + list(summ.get("trains_in_entry", ())) + \
-                    list(summ.get("evals_in_entry", ())):
+                    list(summ.get("evals_in_entry", ())) + list(summ.get("forwards", ())):
                 if key.startswith("self."):
                     out[key] = key
         return out

@@ -152,10 +152,25 @@ GRAD_EXPLAINERS = {
 }
 
 
+# Library functions and callables that run a model handed to them as an argument (a forward
+# through a helper): MONAI's sliding-window inference and its ``Inferer`` objects
+# (``inferer(inputs, model)``). Matched on the last part of the callee's name.
+INFERENCE_HELPERS = re.compile(r"(?:^|_)(?:sliding_window_inference|inferer|\w*_inferer)$", re.I)
+# the keywords those helpers take the model by
+INFERENCE_MODEL_KEYWORDS = ("predictor", "network", "model", "net")
+
+
+# packages every callable of which differentiates the model it is given: adversarial attacks
+GRAD_PACKAGES = ("torchattacks", "foolbox.attacks", "art.attacks")
+
+
 def is_grad_explainer(qualname: Optional[str]) -> bool:
-    """``qualname`` (qualified through the imports) is a class of ``GRAD_EXPLAINERS``."""
+    """``qualname`` (qualified through the imports) is a class of ``GRAD_EXPLAINERS`` or of
+    ``GRAD_PACKAGES``."""
     if not qualname:
         return False
+    if qualname.startswith(tuple(p + "." for p in GRAD_PACKAGES)):
+        return True
     mod, _, name = qualname.rpartition(".")
     for pkg, names in GRAD_EXPLAINERS.items():
         if name in names and (mod == pkg or mod.startswith(pkg + ".")):

@@ -136,6 +136,12 @@ class ModeFlow:
                 st[t] = frozenset({("train", origin), ("eval", origin)})
         elif k == FORWARD and op.target:
             self.at[id(op)] = self.modes(st, op.target)
+        elif k is None and op.recv_node is not None or k is None and op.func and "infer" in op.func.lower():
+            from .queries import model_call_target  # a forward through a library helper or a model's method
+
+            path = model_call_target(self.mm, self.fn, op)
+            if path:
+                self.at[id(op)] = self.modes(st, path)
         elif k == CALL:
             summ = self.mm.summary_of(op.info)
             if summ is not None:
@@ -659,6 +665,14 @@ def summarize(mm, fn) -> dict:
         if len(ms) == 1 and ENTRY not in ms:
             exit_modes[key] = [ms.pop(), *where]
     trains = any(True for _ in function_events(fn, (BACKWARD,)))
+    # the models it runs forward once per call (not in a loop of its own), with gradients on,
+    # in the mode its caller left them
+    forwards = set()
+    for op in function_events(fn, (FORWARD,)):
+        key = _key_for(fn, norm_path(op.target), keys, free)
+        if key is not None and op.loop is None and op.grad != GRAD_OFF \
+                and any(m == ENTRY for m, _ in flow.at.get(id(op), ())):
+            forwards.add(key)
     # does it train / evaluate a model in the mode its caller gave it?
     trains_in_entry, evals_in_entry = set(), set()
     for op in function_events(fn, (FORWARD,)):
@@ -731,6 +745,7 @@ def summarize(mm, fn) -> dict:
         # each item's facts when every return is a tuple of one length (``return out, loss.item()``)
         "returns_items": _items(mm.return_item_facts(fn)),
         "forward": bool(function_events(fn, (FORWARD,))) or any(s.get("forward") for s in sub),
+        "forwards": sorted(forwards),
         "moves": any(op.kind == "move" for op in all_ops(fn) if isinstance(op, CallOp))
         or any(s.get("moves") for s in sub),
         # loader parameters it iterates in a training loop / only in evaluation loops (TL701)

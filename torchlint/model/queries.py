@@ -343,6 +343,82 @@ def model_method_summary(mm, fn, path: Optional[str], name: str = "forward") -> 
     return mm.summary_of(target) if target is not None else None
 
 
+# methods of nn.Module (and of common model libraries) that do not run the model
+_MODULE_API = frozenset({
+    "parameters", "named_parameters", "buffers", "named_buffers", "children", "named_children",
+    "modules", "named_modules", "state_dict", "load_state_dict", "to", "cuda", "cpu", "half", "float",
+    "double", "bfloat16", "type", "train", "eval", "zero_grad", "apply", "requires_grad_",
+    "register_buffer", "register_parameter", "register_forward_hook", "register_forward_pre_hook",
+    "register_full_backward_hook", "register_backward_hook", "add_module", "get_submodule",
+    "get_parameter", "extra_repr", "share_memory", "save_pretrained", "generate", "forward",
+})
+# method names that run a model whose class is not known here (an embedding network's
+# ``model.get_embedding(x)``, CLIP's ``model.encode_image(x)``)
+# (not ``encode``/``predict``: sentence-transformers' and sklearn-style wrappers' own methods
+# disable gradients themselves)
+_RUNS_MODEL = re.compile(r"(?:get_)?(?:embedding|embeddings|embed_\w+|encode_\w+|extract_\w*|features"
+                         r"|\w+_features|forward_\w+|inference)")
+
+
+def model_call_target(mm, fn, op) -> Optional[str]:
+    """The path of the model that ``op`` runs when ``op`` is no plain forward: a library
+    helper given the model (``sliding_window_inference(x, roi, sw, model)``,
+    ``inferer(inputs, model)``: ``catalog.INFERENCE_HELPERS``), or a method of the model that
+    runs its forward (``model.get_embedding(x)``: the method of a module class of the tree
+    whose summary runs a forward, or, for a model of unknown class, a method named like one
+    that computes outputs). ``None`` for anything else."""
+    if not isinstance(op, CallOp) or op.kind is not None:
+        return None
+    if op.func and catalog.INFERENCE_HELPERS.search(op.func.rsplit(".", 1)[-1]):
+        for a in op.args:
+            if a.star or a.keyword is not None and a.keyword.value not in catalog.INFERENCE_MODEL_KEYWORDS:
+                continue
+            d = dotted(a.value)
+            if d and "(" not in d and mm.resolver.of_path(fn, d)[0] == catalog.MODEL \
+                    and not _model_param_named_only(mm, fn, d):
+                return d
+        return None
+    if not (op.recv and op.attr) or op.attr in _MODULE_API or op.attr.startswith("_") \
+            or op.recv in ("self", "cls") or "(" in op.recv:
+        return None
+    role, info = mm.resolver.of_path(fn, norm_path(op.recv))
+    if role != catalog.MODEL:
+        return None
+    if info:
+        s = model_method_summary(mm, fn, op.recv, op.attr)
+        if s is not None:
+            return op.recv if s.get("forward") and s.get("grad") != GRAD_OFF else None
+    return op.recv if _RUNS_MODEL.fullmatch(op.attr) else None
+
+
+def _model_param_named_only(mm, fn, path: str) -> bool:
+    """``path`` is a parameter of ``fn`` that is a model only by its name (``network``): no
+    annotation says so and its call sites pass no model (a plain function handed to an
+    inferer, ``run_inference(inferer, brighten, files)``)."""
+    from .callsites import param_role
+
+    if path not in fn.params or path in fn.annotations:
+        return False
+    return param_role(mm, fn, path) is None
+
+
+def helper_forward_keys(mm, op) -> list:
+    """The keys (parameters, ``self.`` attributes) of the models a called function of the
+    tree runs forward in the mode its caller left them (its summary's ``forwards``), when the
+    function computes no gradients and steps nothing (``self.computeBatchLoss(batch)`` of a
+    validation loop, shared with the training loop that backwards its result)."""
+    if not isinstance(op, CallOp) or op.kind != CALL:
+        return []
+    s = mm.summary_of(op.info) or {}
+    if s.get("grad") == GRAD_OFF or any(s.get(k) for k in ("backward", "step", "clear", "autograd")):
+        return []
+    from .binder import FunctionModel
+
+    if isinstance(op.info, FunctionModel) and uses_autograd(mm, op.info.body, op.info):
+        return []  # a saliency helper: library explainers differentiate the model
+    return list(s.get("forwards") or ())
+
+
 def forward_summary(mm, fn, path: Optional[str]) -> Optional[dict]:
     return model_method_summary(mm, fn, path, "forward")
 
@@ -383,6 +459,20 @@ def runs_training_loop(mm, fn) -> bool:
                     got = True
                     break
         fn._trains_in_loop = got
+    return got
+
+
+def one_step_function(mm, fn) -> bool:
+    """``fn`` runs one training step outside any loop of its own: a backward and an optimizer
+    step of its own body, neither in a loop (``def update(): ... loss.backward();
+    optimizer.step()``, an RL ``nn.Module``'s ``train_net`` method, a ``@staticmethod
+    train_step``). Its caller runs it once per iteration, so the order inside one call is the
+    order of every iteration. A function that only runs ``backward()`` (its caller steps) is
+    not one."""
+    got = fn.__dict__.get("_one_step")
+    if got is None:
+        kinds = {op.kind for op in all_ops(fn) if isinstance(op, CallOp) and op.loop is None}
+        got = fn._one_step = BACKWARD in kinds and STEP in kinds
     return got
 
 
