@@ -115,17 +115,20 @@ for x, y in loader:
 
 
 def _backward_reaches(mm, fn, block, step) -> bool:
-    """On some path through one iteration ``block``, a backward runs before ``step`` and
-    nothing clears the gradients ``step`` applies in between: the step applies that backward's
-    gradients. A backward in the other arm of `if amp:` does not reach the plain branch's step,
-    nor a critic's backward a generator step after `optimizer_G.zero_grad()` (n_critic GANs)."""
-    def t(fresh, x):
+    """On some path through one iteration ``block``, a backward runs before ``step`` whose
+    gradients ``step`` may apply. A backward in the other arm of `if amp:` does not reach the
+    plain branch's step, nor a critic's backward, already applied by the critic's step, a
+    generator step after `optimizer_G.zero_grad()` (n_critic GANs). A clear right after the
+    backward, before any step (`loss.backward(); opt.zero_grad(); opt.step()`), is TL102's."""
+    def t(state, x):  # 0: no backward, 1: a backward, 2: a backward another step has applied
         if is_kind(mm, x, BACKWARD):
-            return True
-        if fresh and isinstance(x, CallOp) and x.kind == CLEAR and clear_covers(mm, fn, x, step, True):
-            return False
-        return fresh
-    return any(states_before(mm, fn, block, t, (False,), step))
+            return 1
+        if state == 1 and x is not step and is_kind(mm, x, STEP):
+            return 2
+        if state == 2 and isinstance(x, CallOp) and x.kind == CLEAR and clear_covers(mm, fn, x, step, True):
+            return 0
+        return state
+    return any(states_before(mm, fn, block, t, (0,), step))
 
 
 def _step_before_its_backward(mm, fn, block, seq, step) -> bool:
