@@ -981,23 +981,11 @@ class ModeSensitivity:
     def _returned_layers(self, fn, path: str, depth: int) -> Optional[bool]:
         """``model, result = train_model(...)``: the model a helper of this module returns at
         that position (see ``_returned_by_helper``)."""
-        for op in all_ops(fn):
-            if not (isinstance(op, AssignOp) and op.aug is None and isinstance(op.value, cst.Call)):
-                continue
-            for t in op.targets:
-                if not isinstance(t, (cst.Tuple, cst.List)):
-                    continue
-                idx = next((i for i, el in enumerate(t.elements) if dotted(el.value) == path), None)
-                if idx is None:
-                    continue
-                helper = self.mm.functions.get(dotted(op.value.func) or "")
-                if helper is None:
-                    return None
-                rets = [r.value for r in walk(helper.body) if isinstance(r, ReturnOp)]
-                if not rets or any(not isinstance(v, cst.Tuple) or len(v.elements) <= idx for v in rets):
-                    return None
-                return _any3(self.expr_layers(helper, v.elements[idx].value, depth + 1) for v in rets)
-        return None
+        found = _tuple_item_returned(self.mm, fn, path)
+        if not found:
+            return None
+        helper, items = found
+        return _any3(self.expr_layers(helper, e, depth + 1) for e in items)
 
     def expr_layers(self, fn, e, depth: int) -> Optional[bool]:
         if depth > 6 or e is None:
@@ -1505,23 +1493,11 @@ class ModeSensitivity:
     def _returned_by_helper(self, fn, path: str) -> bool:
         """``model, result = train_model(...)``: the model a helper of this module returns at
         that position, on every ``return``."""
-        for op in all_ops(fn):
-            if not (isinstance(op, AssignOp) and op.aug is None and isinstance(op.value, cst.Call)):
-                continue
-            for t in op.targets:
-                if not isinstance(t, (cst.Tuple, cst.List)):
-                    continue
-                idx = next((i for i, el in enumerate(t.elements) if dotted(el.value) == path), None)
-                if idx is None:
-                    continue
-                helper = self.mm.functions.get(dotted(op.value.func) or "")
-                if helper is None:
-                    return True
-                rets = [r.value for r in walk(helper.body) if isinstance(r, ReturnOp)]
-                if not rets or any(not isinstance(v, cst.Tuple) or len(v.elements) <= idx for v in rets):
-                    return True
-                return any(self.of_expr(helper, v.elements[idx].value, 1) for v in rets)
-        return True
+        found = _tuple_item_returned(self.mm, fn, path)
+        if not found:
+            return True
+        helper, items = found
+        return any(self.of_expr(helper, e, 1) for e in items)
 
     def _built_sensitive(self, fn, cls, call: cst.Call) -> bool:
         cls = self._in_effect(cls, call)
@@ -1817,3 +1793,26 @@ def classify(mm, fn, resolver: RoleResolver) -> None:
             callee = mm.resolve_call(fn, op)
             if callee is not None:
                 op.kind, op.info = CALL, callee
+
+
+def _tuple_item_returned(mm, fn, path: str):
+    """``model, result = train_model(...)`` in ``fn``: the helper of this module and, for each of
+    its ``return`` statements, the item at ``path``'s position; None when ``path`` is not bound so
+    or the helper or one of its returns is unknown (not a tuple long enough)."""
+    for op in all_ops(fn):
+        if not (isinstance(op, AssignOp) and op.aug is None and isinstance(op.value, cst.Call)):
+            continue
+        for t in op.targets:
+            if not isinstance(t, (cst.Tuple, cst.List)):
+                continue
+            idx = next((i for i, el in enumerate(t.elements) if dotted(el.value) == path), None)
+            if idx is None:
+                continue
+            helper = mm.functions.get(dotted(op.value.func) or "")
+            if helper is None:
+                return None
+            rets = [r.value for r in walk(helper.body) if isinstance(r, ReturnOp)]
+            if not rets or any(not isinstance(v, cst.Tuple) or len(v.elements) <= idx for v in rets):
+                return None
+            return helper, [v.elements[idx].value for v in rets]
+    return None
