@@ -12,7 +12,7 @@ from torchlint.model.ir import (
 )
 from torchlint.model.queries import (
     analysable_functions, call_runs_backward, eval_step_helpers, evaluates_after_training,
-    forward_records_no_graph, helper_forward_keys, lightning_eval_hook, is_kind, model_call_target,
+    forward_records_no_graph, helper_forward_keys, lightning_eval_hook, is_kind, model_call_target, names_in,
     iteration, local_function, reaches_backward, steps_or_updates, training_loop_before, trains, untrained_here,
     untrained_path_here, uses_autograd, within,
 )
@@ -85,15 +85,12 @@ def _deliberate_train(mm, fn, op, origin) -> bool:
     if lp is None or lp.is_while or not isinstance(lp.iter, cst.Call) or dotted(lp.iter.func) != "range" \
             or lp.target is None:
         return False
-    from torchlint.model.flow import _names
-
-    if _names(lp.target) & set().union(*(_names(a.value) for a in op.args)):
+    if names_in(lp.target) & set().union(*(names_in(a.value) for a in op.args)):
         return False  # the loop feeds the forward other inputs each time
     ops = all_ops(fn)
-    at = {id(o): i for i, o in enumerate(ops)} if len(ops) < 4000 else None
-    if at is None or id(op) not in at:
+    j = next((i for i, o in enumerate(ops) if o is op), None)
+    if j is None:
         return False
-    j = at[id(op)]
     m = next((i for i, o in enumerate(ops[:j]) if isinstance(o, CallOp) and o.node is origin.node
               and o.kind == MODE and o.info == "train"), None)
     if m is None:
