@@ -22,7 +22,7 @@ def test_manifest_batches_are_split_by_their_own_rules():
     _, bugs = hist.load_manifest(hist.DEFAULT_MANIFEST)
     with open(hist.DEFAULT_MANIFEST, "rb") as fh:
         header = tomllib.load(fh)
-    assert hist.batch_rules(header) == {1: "sha1", 2: "all"}
+    assert hist.batch_rules(header) == {1: "sha1", 2: "none"}
     assert all(len(b["buggy"]) == 40 and len(b["fixed"]) == 40 for b in bugs)
     first = [b for b in bugs if b["batch"] == 1]
     second = [b for b in bugs if b["batch"] == 2]
@@ -31,8 +31,10 @@ def test_manifest_batches_are_split_by_their_own_rules():
     assert [b["id"] for b in first if b["part"] == "heldout"] == \
         [b["id"] for b in first if hist.heldout(b["repo"], b["fixed"])]
     assert sum(b["part"] == "heldout" for b in first) == 7
-    # batch 2: every entry held out, from repositories that neither manifest had before
-    assert len(second) >= 12 and {b["part"] for b in second} == {"heldout"}
+    # batch 2: from repositories that neither manifest had before; held out whole, scored once
+    # (its rule keeps the score), then tuned on
+    assert len(second) == 19 and {b["part"] for b in second} == {"tuned"}
+    assert "6a6d8ae" in header["batch2_heldout_rule"] and "6/19" in header["batch2_heldout_rule"]
     assert not {b["repo"] for b in second} & {b["repo"] for b in first}
     with open(os.path.join(ROOT, "benchmarks", "realworld", "manifest.toml"), "rb") as fh:
         realworld = {e["repo"] for e in tomllib.load(fh)["repo"]}
