@@ -600,7 +600,9 @@ for epoch in range(epochs):
         reported = set()
         for fn in _functions(mm):
             for op in all_ops(fn):
-                if not (isinstance(op, CallOp) and op.loop is not None):
+                # a step in a loop, or one of the function's own body outside any loop: the
+                # caller runs it once per iteration (a wrapper's `step()` that steps both)
+                if not isinstance(op, CallOp):
                     continue
                 node, what = op.node, f"`{op.recv}.step()`"
                 if op.kind == SCHED_STEP:
@@ -618,8 +620,10 @@ for epoch in range(epochs):
                         what = f"the scheduler step in `{op.func}()`"
                 else:
                     continue
-                block = op.loop.body
+                block = op.loop.body if op.loop is not None else fn.body
                 seq = iteration(mm, fn, block)
+                if op.loop is None:
+                    seq = [o for o in seq if getattr(o, "loop", None) is None]
                 i = seq.index(op)
                 if any(is_kind(mm, o, STEP) for o in seq[:i]):
                     continue
@@ -632,8 +636,9 @@ for epoch in range(epochs):
                     reported.add(id(node))
                     step_txt = f"`{_src(later)}`" if later.kind == STEP else f"the optimizer step in `{later.func}()`"
                     fix = _move_scheduler_after(fn, op, later) if node is op.node else None
+                    unit = "iteration" if op.loop is not None else f"call of `{fn.name}()`"
                     yield Report(node, f"{what} runs before {step_txt} (line {_line(mm, later)}) in this "
-                                 "iteration; step the scheduler after the optimizer", fix=fix, scope=fn.qualname)
+                                 f"{unit}; step the scheduler after the optimizer", fix=fix, scope=fn.qualname)
 
 
 def _move_scheduler_after(fn, sched, step):
