@@ -388,6 +388,42 @@ for x, y in loader:
                 continue
             yield Report(op.node, f"`{_src(op)}` runs in {_in_loop(fn, op)} that never clears gradients, so "
                          "they accumulate across iterations", fix=_insert_zero_grad(op), scope=fn.qualname)
+        yield from self._steps_in_helpers(mm)
+
+    def _steps_in_helpers(self, mm):
+        """A loop that steps only through a helper of this module (`self.train_step(batch)`,
+        whose own body steps outside any loop of its own, its backward perhaps in a further
+        helper): the iteration is the loop's ops with the helpers' summaries, reported at the
+        helper's step when nothing in it clears."""
+        reported = set()
+        for fn in _functions(mm):
+            for loop in all_ops(fn):
+                if not isinstance(loop, LoopOp):
+                    continue
+                deep = iteration(mm, fn, loop.body)
+                if any(isinstance(o, CallOp) and o.kind == STEP for o in deep):
+                    continue  # the loop's own steps are judged above
+                if not any(is_kind(mm, o, BACKWARD) for o in deep) or any(clears(mm, o) for o in deep):
+                    continue
+                for call in (o for o in deep if _in_this_loop(o, loop)):
+                    if not (isinstance(call, CallOp) and call.kind == CALL and is_kind(mm, call, STEP)):
+                        continue
+                    helper = local_function(call.info)
+                    inner = first_direct(helper, STEP) if helper is not None else None
+                    if inner is None or inner.loop is not None or id(inner.node) in reported:
+                        continue
+                    if any(isinstance(o, CallOp) and o.kind == BACKWARD and o.info == catalog.DIST_AUTOGRAD
+                           for o in all_ops(helper)):
+                        continue
+                    reported.add(id(inner.node))
+                    yield Report(inner.node, f"`{_src(inner)}` in `{helper.name}()` runs once per iteration of the "
+                                 f"loop at line {_line(mm, loop)}, which runs `backward()` and never clears "
+                                 "gradients, so they accumulate across iterations", scope=helper.qualname)
+
+
+def _in_this_loop(op, loop) -> bool:
+    """``op`` runs in ``loop`` itself, not in a loop nested in it."""
+    return getattr(op, "loop", None) is loop
 
 
 def _in_loop(fn, op) -> str:
