@@ -11,7 +11,7 @@ from torchlint.model.ir import (
     BACKWARD, CALL, FORWARD, GRAD_OFF, GRAD_ON, GRAD_UNKNOWN, MODE, STEP, AssignOp, CallOp, LoopOp, all_ops, walk,
 )
 from torchlint.model.queries import (
-    analysable_functions, call_runs_backward, eval_step_helpers, evaluates_after_training,
+    analysable_functions, call_runs_backward, eval_step_helpers, evaluates_after_training, evaluates_drawn_batch,
     forward_records_no_graph, helper_forward_keys, lightning_eval_hook, is_kind, model_call_target, names_in,
     iteration, local_function, reaches_backward, steps_or_updates, training_loop_before, trains, untrained_here,
     untrained_path_here, uses_autograd, within,
@@ -214,7 +214,10 @@ print(evaluate(model, test_loader))
         "Train mode chosen on purpose is not reported: a switch under a test of a mode argument, "
         "and `model.train()` followed, with no backward or optimizer step in between, by no_grad "
         "passes repeated over the same inputs (Monte-Carlo dropout, batch-norm statistics "
-        "accumulated without training)."
+        "accumulated without training). Evaluation is also known inside a training loop: a branch "
+        "that draws one batch of another loader with `next()` (a test batch every ten iterations), "
+        "runs no backward and scores the predictions; that finding carries no fix (a lone `eval()` "
+        "there would leave the training in eval mode)."
     )
     fix_safety = "unsafe"
     fix_doc = ("Inserts `model.eval()` before the evaluation loop. Unsafe: the caller may rely on "
@@ -236,6 +239,8 @@ print(evaluate(model, test_loader))
                     evalish = _eval_context(mm, fn, op) or (
                         is_eval_name(fn.name) and not uses_autograd(mm, fn.body)) or (
                         evaluates_after_training(mm, fn, op))
+                    drawn = None if evalish else evaluates_drawn_batch(mm, fn, op)
+                    evalish = evalish or drawn is not None
                     if not evalish or untrained_here(mm, fn, op):
                         continue  # not evaluation, or a model that was never trained (a shape check)
                     modes = flow.at.get(id(op), frozenset())
@@ -255,9 +260,15 @@ print(evaluate(model, test_loader))
                         # a model of unknown make (a library's, one handed in): only where the
                         # code itself switched it to train mode, or trained it here
                         train = [o for o in train if _explicit(o)]
-                        if not train and not evaluates_after_training(mm, fn, op):
-                            continue
-                    if train and id(op.node) not in reported:
+                        if not train and not evaluates_after_training(mm, fn, op) and drawn is None:
+                            continue  # (a batch drawn inside the training loop: trained here)
+                    if drawn is not None and id(op.node) not in reported and (
+                            train or any(m == ENTRY for m, _ in modes) and not any(m == "eval" for m, _ in modes)):
+                        seen.add(t)
+                        reported.add(id(op.node))
+                        yield Report(op.node, _drawn_batch_message(mm, op, t, drawn, train),
+                                     scope=fn.qualname)
+                    elif train and id(op.node) not in reported:
                         seen.add(t)
                         reported.add(id(op.node))
                         yield Report(op.node, f"`{op.target}` runs in evaluation code but may still be in "
@@ -319,6 +330,15 @@ print(evaluate(model, test_loader))
             return True
         q = f"{mm.module_name}.{fn.qualname}"
         return mm.project.is_called(q)
+
+
+def _drawn_batch_message(mm, op, target, loader, train) -> str:
+    """TL201 for a periodic evaluation on one batch drawn from another loader inside the
+    training loop (no fix: a lone ``eval()`` there would leave the training in eval mode)."""
+    mode = f"in train mode ({_origin_text(mm, train[0])})" if train else "in the mode it trains in"
+    return (f"`{op.target}` is evaluated here on a batch drawn from `{mm.code_for(loader).strip()}` inside the "
+            f"training loop at line {mm.line_of(op.loop.node)} (no backward, its predictions scored), "
+            f"{mode}; call `{target}.eval()` before this evaluation and `{target}.train()` after it")
 
 
 def _first_eval_forward(mm, fn, key: str):

@@ -1268,6 +1268,38 @@ def evaluates_after_training(mm, fn, op) -> bool:
     return training_loop_before(mm, fn, loop, op.target) is not None
 
 
+def evaluates_drawn_batch(mm, fn, op) -> Optional[cst.BaseExpression]:
+    """``op`` (a forward) runs inside a training loop, in a branch that draws one batch of
+    another loader with ``next()`` (``j, data = next(enumerate(test_loader))`` every ten
+    iterations), runs no backward and scores the predictions: a periodic evaluation on a
+    held-out batch. Returns the loader expression, else ``None``."""
+    from .resources import strip_iter_wrappers
+
+    loop = op.loop
+    if loop is None or not trains(mm, loop.body):
+        return None
+    inside = guards_inside(op, loop)
+    if not inside:
+        return None
+    br, arm = inside[0]
+    if arm >= len(br.arms) or br.test is None:
+        return None
+    block = br.arms[arm]
+    if trains(mm, block) or not _scores(block):
+        return None
+    own = strip_iter_wrappers(loop.iter) if loop.iter is not None and not loop.is_while else None
+    own_code = mm.code_for(own).strip() if own is not None else None
+    for o in walk(block):
+        if o is op:
+            break
+        v = getattr(o, "value", None) if isinstance(o, AssignOp) else None
+        if isinstance(v, cst.Call) and dotted(v.func) == "next" and v.args:
+            src = strip_iter_wrappers(v.args[0].value)
+            if mm.resolver.of_expr(fn, src)[0] == catalog.LOADER and mm.code_for(src).strip() != own_code:
+                return src
+    return None
+
+
 def training_loop_before(mm, fn, loop: LoopOp, target: Optional[str]) -> Optional[LoopOp]:
     """A loop of ``fn`` before ``loop`` (not around it) whose iteration runs ``target`` forward,
     backwards and steps: the model was trained in this scope before ``loop`` runs."""
