@@ -563,8 +563,9 @@ with torch.no_grad():
                     at = flow.at_args.get(id(o), {})
                     for k in keys:
                         modes |= {m for m, _ in at.get(k, frozenset())} or {ENTRY}
-                if steps:
-                    modes.add(ENTRY)  # the step's models: in the mode this function leaves them
+                for o in steps:  # the step's models: in the mode it switches them to, or this function leaves them
+                    exits = {v[0] for v in ((mm.summary_of(o.info) or {}).get("exit_modes") or {}).values() if v}
+                    modes |= exits if exits == {"eval"} else {ENTRY}
                 evalmode = "eval" in modes and "train" not in modes
                 if not evalmode and not (ENTRY in modes and "train" not in modes and is_eval_name(fn.name)):
                     continue

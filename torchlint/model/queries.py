@@ -274,7 +274,14 @@ def eval_step_helpers(mm, loop: LoopOp) -> list:
         if helper.decorator_grad == GRAD_OFF or helper.is_module_level:
             continue
         fwds = [o for o in all_ops(helper) if isinstance(o, CallOp) and o.kind == FORWARD]
-        if not fwds or any(o.loop is not None or o.grad in (GRAD_OFF, "?") for o in fwds):
+        # ... or through a method of this module that runs the model (``self.infer(x)``)
+        inner = [(o, (mm.summary_of(o.info) or {}).get("forwards") or ()) for o in all_ops(helper)
+                 if isinstance(o, CallOp) and o.kind == CALL and isinstance(o.info, FunctionModel)
+                 and not o.info.is_module_level]
+        inner = [(o, paths) for o, paths in inner if paths]
+        if not fwds and not inner:
+            continue
+        if any(o.loop is not None or o.grad in (GRAD_OFF, "?") for o in fwds + [o for o, _ in inner]):
             continue
         if any(isinstance(o, CallOp) and o.kind in (STEP, CLEAR) for o in all_ops(helper)):
             continue
@@ -285,7 +292,8 @@ def eval_step_helpers(mm, loop: LoopOp) -> list:
             continue
         if mm.project.is_called(f"{mm.module_name}.{helper.qualname}"):
             continue
-        if all(forward_records_no_graph(mm, helper, o.target) for o in fwds):
+        if all(forward_records_no_graph(mm, helper, o.target) for o in fwds) and \
+                all(forward_records_no_graph(mm, o.info, p) for o, paths in inner for p in paths):
             continue
         out.append(op)
     return out
