@@ -793,3 +793,50 @@ def test_loss_stored_on_self_per_task_takes_the_kind_assigned_under_the_same_tes
     # the first hands log-probabilities, not its own parameter, as the input; the second's body is
     # not a loss call (a product): neither is a loss of a known kind
     assert kinds == [("criterion", catalog.OTHER_LOSS)]
+
+
+def test_schedule_functions_return_numbers_not_the_batch_they_are_given():
+    mm = build("""
+        import math
+        import torch
+
+        WARMUP = 500
+
+        def linear_warmup(step: int, warmup_steps: int, start: float, end: float) -> float:
+            if step < warmup_steps:
+                return start + step / warmup_steps * (end - start)
+            return end
+
+        def cosine(step: int, total: int, base: float):
+            progress = min(step / total, 1.0)
+            return base * 0.5 * (1 + math.cos(math.pi * progress))
+
+        def warmup_factor(step: int):
+            return min(1.0, step / WARMUP)
+
+        def untyped(step, total):
+            return step / total
+
+        def first_views(views, n: int):
+            return torch.cat(views[:n])
+
+        def keep(x):
+            return x
+
+        def train(loader, model):
+            for i, (x, y) in enumerate(loader):
+                a = linear_warmup(i, 100, 0.04, 0.07)
+                b = keep(x)
+                c = untyped(i, 100)
+    """)
+    assert mm.return_facts(fn_named(mm, "linear_warmup")) == {"scalar"}
+    assert mm.return_facts(fn_named(mm, "cosine")) == {"scalar"}
+    assert mm.return_facts(fn_named(mm, "warmup_factor")) == {"scalar"}
+    # no evidence: parameters of unknown type, a torch op, a parameter passed through
+    for name in ("untyped", "first_views", "keep"):
+        assert "scalar" not in mm.return_facts(fn_named(mm, name)), name
+    train = fn_named(mm, "train")
+    facts = {op.func: mm.call_result_facts(train, op, op.arg_facts) for op in calls_of(train)
+             if op.func in ("linear_warmup", "keep")}
+    assert facts["linear_warmup"] == {"scalar"}  # given the loop's counter, still a number
+    assert "batch" in facts["keep"]  # the batch passed through is still the batch

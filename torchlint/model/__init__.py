@@ -16,7 +16,7 @@ from ..parse import _STRING
 from ..project import RETURN_KEEP, Aspect, ProjectIndex, ProjectView, project_answer, summary_has_effects  # noqa: F401
 from . import catalog, resources as _resources
 from .binder import Binder, ClassModel, FunctionModel, ImportTable, dotted
-from .dataflow import Dataflow
+from .dataflow import Dataflow, returns_number
 from .flow import ENTRY, ModeFlow, summarize
 from .ir import (
     BACKWARD, CALL, CLEAR, FORWARD, GRAD_OFF, GRAD_ON, LOSS, MODE, STEP, AssignOp, BranchOp, CallOp,
@@ -845,6 +845,9 @@ class ModuleModel:
         for op in all_ops(fn):
             if isinstance(op, ReturnOp):
                 out = out | op.value_facts
+        if returns_number(self, fn):
+            # a Python number (a warm-up schedule's value): never a tensor, nor the batch it was given
+            out = frozenset({"scalar"})
         if done:
             self._return_facts[id(fn)] = out
         return out

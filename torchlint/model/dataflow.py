@@ -272,6 +272,106 @@ def _literal_truth(e) -> Optional[bool]:
     return None
 
 
+# builtins whose value is always a Python number, and those that give one of numbers
+_NUMBER_FUNCS = {"int", "float", "len", "bool"}
+_NUMBER_OF_NUMBERS = {"abs", "round", "min", "max", "pow"}
+_NUMBER_ANNOTATIONS = {"int", "float", "bool"}
+_NUMPY_MATH = {f"numpy.{f}" for f in ("cos", "sin", "exp", "log", "sqrt", "floor", "ceil", "clip",
+                                       "minimum", "maximum", "power", "abs", "round")}
+_NUMBER_CONSTANTS = {"math.pi", "math.e", "math.tau", "math.inf", "numpy.pi", "numpy.e", "numpy.inf"}
+
+
+def returns_number(mm, fn) -> bool:
+    """Every ``return`` of ``fn`` gives a Python number: arithmetic on literals, on
+    parameters annotated ``int``/``float``, on local names bound only to such values (or a
+    ``range`` loop's counter) and on ``math.*``/``int()``/``len()``/``min()`` ... of them
+    (a warm-up or cosine schedule: ``return start + step / warmup * (end - start)``).  A
+    call of it is a number whatever its arguments are, never a tensor."""
+    if fn.is_module_level:
+        return False
+    rets = [op for op in all_ops(fn) if isinstance(op, ReturnOp)]
+    return bool(rets) and all(op.value is not None and _number_expr(mm, fn, op.value, ())
+                              for op in rets)
+
+
+def _number_expr(mm, fn, e, seen: tuple) -> bool:
+    tp = type(e)
+    if tp is cst.Integer or tp is cst.Float:
+        return True
+    if tp is cst.UnaryOperation:
+        return _number_expr(mm, fn, e.expression, seen)
+    if tp is cst.BinaryOperation:
+        return _number_expr(mm, fn, e.left, seen) and _number_expr(mm, fn, e.right, seen)
+    if tp is cst.IfExp:
+        return _number_expr(mm, fn, e.body, seen) and _number_expr(mm, fn, e.orelse, seen)
+    if tp is cst.Attribute:
+        return mm.qualify(dotted(e)) in _NUMBER_CONSTANTS
+    if tp is cst.Name:
+        return _number_name(mm, fn, e.value, seen)
+    if tp is cst.Call:
+        d = dotted(e.func)
+        if d is None or any(a.star for a in e.args):
+            return False
+        q = mm.qualify(d) or d
+        if q.startswith("math."):
+            return True
+        if q in _NUMPY_MATH:
+            return bool(e.args) and all(_number_expr(mm, fn, a.value, seen) for a in e.args)
+        if "." in d or d in mm.functions or d in mm.imports.names:
+            return False  # (a function of the module or an import shadows the builtin)
+        if d in _NUMBER_FUNCS:
+            return True
+        if d in _NUMBER_OF_NUMBERS:
+            return bool(e.args) and all(_number_expr(mm, fn, a.value, seen) for a in e.args)
+    return False
+
+
+def _number_name(mm, fn, name: str, seen: tuple) -> bool:
+    if name in ("True", "False"):
+        return True
+    if name in seen or len(seen) > 6:
+        return name in seen  # ``x = x * 2``: its other definitions decide
+    if name in fn.params:
+        ann = fn.annotations.get(name)
+        return ann is not None and dotted(ann) in _NUMBER_ANNOTATIONS
+    values = []
+    for op in all_ops(fn):
+        if isinstance(op, AssignOp) and any(dotted(t) == name for t in op.targets):
+            if len(op.targets) != 1 or op.value is None:
+                return False
+            values.append(op.value)
+        elif isinstance(op, AssignOp) and any(name in _target_names(t) for t in op.targets):
+            return False  # unpacked from a tuple: what it holds is not known
+        elif isinstance(op, LoopOp) and not op.is_while and op.target is not None \
+                and name in _target_names(op.target):
+            if not (type(op.target) is cst.Name and isinstance(op.iter, cst.Call)
+                    and dotted(op.iter.func) == "range"):
+                return False
+            values.append(cst.Integer("0"))
+    if not values:
+        if fn.parent is not None or fn.is_module_level:
+            return False
+        mf = mm.module_function  # a module constant: ``WARMUP_EPOCHS = 5``
+        values = [op.value for op in all_ops(mf) if isinstance(op, AssignOp) and op.aug is None
+                  and len(op.targets) == 1 and dotted(op.targets[0]) == name]
+        if not values or any(v is None for v in values):
+            return False
+        fn = mf
+    return all(_number_expr(mm, fn, v, seen + (name,)) for v in values)
+
+
+def _target_names(t) -> set:
+    if isinstance(t, (cst.Tuple, cst.List)):
+        out = set()
+        for el in t.elements:
+            out |= _target_names(el.value)
+        return out
+    if isinstance(t, cst.StarredElement):
+        return _target_names(t.value)
+    d = dotted(t)
+    return {d} if d else set()
+
+
 def flag_test(test) -> Optional[tuple]:
     """``(name, negated)`` of an ``if`` test that is a plain name or ``not`` a name."""
     neg = False
