@@ -43,13 +43,26 @@ def _returned_names(mm, bindings):
 
     out = []
     for f, p in bindings:
-        if p == "<return>" or not any(isinstance(o, ReturnOp) and o.value is not None and dotted(o.value) == p
-                                      for o in all_ops(f)):
+        if p == "<return>":
+            continue
+        idx = None  # ``return train_dl, val_dl``: the position of the loader in the tuple
+        for o in all_ops(f):
+            if isinstance(o, ReturnOp) and o.value is not None:
+                if dotted(o.value) == p:
+                    idx = -1
+                elif isinstance(o.value, cst.Tuple):
+                    idx = next((i for i, el in enumerate(o.value.elements) if dotted(el.value) == p), idx)
+        if idx is None:
             continue
         for caller, cop in mm.callers(f):
             for o in walk(caller.body):
                 if isinstance(o, AssignOp) and o.stmt is cop.stmt and o.value is not None and o.aug is None:
-                    out.extend((caller, dotted(t)) for t in o.targets if dotted(t))
+                    for t in o.targets:
+                        if idx < 0 and dotted(t):
+                            out.append((caller, dotted(t)))
+                        elif idx >= 0 and isinstance(t, (cst.Tuple, cst.List)) and idx < len(t.elements) \
+                                and dotted(t.elements[idx].value):
+                            out.append((caller, dotted(t.elements[idx].value)))
     return out
 
 
@@ -100,15 +113,22 @@ def training_verdict(mm, res, info):
             sites.extend(s for s in res.loader_sites(f, p, bind_node=info.op.node)
                          if res.reaches_site(f, p, info.op.node, s))
             escapes = escapes or res.loader_escapes(f, p, info.op.node)
+    for f, p in _returned_names(mm, bindings):  # the callers of the function that returns it
+        sites.extend(res.loader_sites(f, p))
     trains = [s for s in sites if s[1] == "train" or isinstance(s[1], LoopOp) and res.loop_trains(s[0], s[1])]
     if trains:
         return True, "it is iterated by a loop that runs `backward()`"
-    if not escapes:
-        return False, ""  # every use of it is seen, and none trains (a batch shown, statistics)
+    if any(s[1] == "fit" for s in sites):
+        return True, "a trainer is given it as its training data"
+    if not escapes or not mm.has_unseen_code:
+        # a training loader on evidence, not on its name: a `dataloader_train_kNN` that only
+        # fills a kNN feature bank, or a `train_dataloader` handed to `trainer.validate`
+        return False, ""
+    # a notebook cell that does not parse may train on it: there the name is all there is
     evals = [s for s in sites if s[1] == "eval" or isinstance(s[1], LoopOp) and res.loop_evaluates(s[0], s[1])]
     train_named = [n for n in names if resources.is_train_name(n)]
     if train_named and not (sites and len(evals) == len(sites)):
-        return True, f"it is named `{train_named[0].rsplit('.', 1)[-1]}`"
+        return True, f"it is named `{train_named[0].rsplit('.', 1)[-1]}` and a cell that does not parse may train on it"
     return False, ""
 
 

@@ -423,10 +423,34 @@ def fit(model, optimizer):
         optimizer.zero_grad()
         nn.functional.cross_entropy(model(x), y).backward()
         optimizer.step()
+
+
+def train_epoch(model, optimizer, loader):
+    for x, y in loader:
+        optimizer.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+
+
+@torch.no_grad()
+def evaluate(model, loader):
+    return sum((model(x).argmax(1) == y).sum().item() for x, y in loader)
+
+
+def main(model, optimizer, sampler=None):
+    train_loader, val_loader, test_loader, stream_loader, dist_loader, flag_loader = build(8, sampler)
+    for epoch in range(3):
+        train_epoch(model, optimizer, train_loader)
+        train_epoch(model, optimizer, stream_loader)
+        train_epoch(model, optimizer, dist_loader)
+        train_epoch(model, optimizer, flag_loader)
+        print(evaluate(model, val_loader), evaluate(model, test_loader))
 """
 
 
 def test_training_loaders_without_shuffle(tmp_path):
+    # build()'s loaders are returned and trained on by main() (a stream, a sampler and a
+    # shuffle chosen by a flag are fine); val and test loaders are only evaluated
     assert codes(tmp_path, LOADERS) == [("TL701", line_of(LOADERS, "train_loader = DataLoader")),
                                         ("TL701", line_of(LOADERS, "loader = DataLoader(TensorDataset"))]
     out, kinds = fixed(tmp_path, LOADERS, "TL701")

@@ -157,6 +157,26 @@ def _string_value(e) -> Optional[str]:
     return None
 
 
+def _train_loader_argument(op, path: str) -> bool:
+    """``op`` hands the loader ``path`` to a trainer as the data it trains on: the train loader
+    of a ``fit`` (``trainer.fit(model, loader)``, ``trainer.fit(model, train_dataloaders=loader)``)
+    or a keyword argument that names the training data of a trainer
+    (``SupervisedTrainer(train_data_loader=loader)``, ``BERTTrainer(train_dataloader=loader)``)."""
+    positional = [a for a in op.args if a.keyword is None and not a.star]
+    for a in op.args:
+        if dotted(a.value) != path:
+            continue
+        if a.keyword is not None:
+            kw = a.keyword.value
+            ws = words(kw)
+            if is_train_name(kw) and any(w.startswith(("loader", "dataloader", "dl", "data", "iter"))
+                                         or w.endswith("loader") for w in ws):
+                return True
+        elif op.attr == "fit" and positional.index(a) == 1:
+            return True
+    return False
+
+
 def root_name(path: Optional[str]) -> Optional[str]:
     return path.split(".", 1)[0] if path else None
 
@@ -866,6 +886,14 @@ class Resources:
             for o in all_ops(fn):
                 if isinstance(o, CallOp) and o.recv == d and o.attr in ("shuffle", "shuffled"):
                     return True
+        if isinstance(ds, cst.Subscript):
+            # ``splits["train"] = splits["train"].shuffle(seed)`` (HF datasets) before the loader
+            for o in all_ops(fn):
+                if isinstance(o, AssignOp) and o.value is not None and len(o.targets) == 1 \
+                        and isinstance(o.targets[0], cst.Subscript) and o.targets[0].deep_equals(ds) \
+                        and isinstance(o.value, cst.Call) and isinstance(o.value.func, cst.Attribute) \
+                        and o.value.func.attr.value in ("shuffle", "shuffled"):
+                    return True
         return False
 
     def class_iterable(self, name: str, depth: int = 0) -> bool:
@@ -1012,7 +1040,9 @@ class Resources:
         list of loaders a loop walks: ``for name, loader in [("train", train_loader), ...]``).
         With ``bind_node``, the ops of ``fn`` itself count only where the binding of ``path``
         whose value holds it is the name's value (a notebook that rebinds ``train_loader``:
-        the calls after the rebinding get the other loader)."""
+        the calls after the rebinding get the other loader).  A site may also be ``"train"`` /
+        ``"eval"`` (a helper of another module trains / evaluates on it, by its summary) or
+        ``"fit"`` (a trainer is given it as its training data: ``trainer.fit(model, loader)``)."""
         if seen is None:
             seen = set()
         key = (id(fn), path)
@@ -1053,6 +1083,8 @@ class Resources:
                 elif isinstance(o, CallOp) and o.func == "next" and o.args and o.loop is not None:
                     if dotted(o.args[0].value) in iters and dotted(o.args[0].value) != path:
                         out.append((f, o.loop))
+                elif isinstance(o, CallOp) and _train_loader_argument(o, path):
+                    out.append((f, "fit"))  # trainer.fit(model, loader), Trainer(train_loader=loader)
                 elif isinstance(o, CallOp) and o.kind == CALL and not isinstance(o.info, str):
                     for i, a in enumerate(o.args):
                         if dotted(a.value) != path:
@@ -1197,7 +1229,7 @@ class Resources:
             if self.mm.resolver.of_path(fn, p)[0] not in (None, catalog.LOADER):
                 continue
             for f, site in self.loader_sites(fn, p):
-                if site == "train" or isinstance(site, LoopOp) and self.loop_trains(f, site):
+                if site in ("train", "fit") or isinstance(site, LoopOp) and self.loop_trains(f, site):
                     tr.add(p)
                 elif site == "eval" or isinstance(site, LoopOp) and self.loop_evaluates(f, site):
                     ev.add(p)
