@@ -372,6 +372,11 @@ class Resources:
 
     def caller_args(self, fn, param: str) -> list:
         """[(caller function, argument expression)] for each call of ``fn`` in this module."""
+        return [(caller, arg) for caller, _op, arg in self.caller_arg_ops(fn, param)]
+
+    def caller_arg_ops(self, fn, param: str) -> list:
+        """[(caller function, call op, argument expression)] for each call of ``fn`` in this
+        module."""
         out = []
         params = [p for p in fn.params if not p.startswith("*")]
         if fn.cls is not None and params and params[0] in ("self", "cls"):
@@ -388,7 +393,7 @@ class Resources:
             if arg is None and idx < len(positional):
                 arg = positional[idx].value
             if arg is not None:
-                out.append((caller, arg))
+                out.append((caller, op, arg))
         return out
 
     # ------------------------------------------------------------ devices
@@ -530,10 +535,13 @@ class Resources:
             owner = self.param_owner(fn, norm)
             if owner is not None:
                 rest = norm[len(root_name(norm)):]
-                for caller, arg in self.caller_args(owner, root_name(norm)):
+                for caller, cop, arg in self.caller_arg_ops(owner, root_name(norm)):
                     d = dotted(arg) if isinstance(arg, (cst.Name, cst.Attribute)) else None
                     if d:
-                        r = self.model_move(caller, d + rest, depth + 1)
+                        # the helper's loops run when it is called: a move in the caller counts
+                        # only if it can run before the call (not a later notebook cell's move)
+                        r = next((mv for mv in self.model_moves(caller, d + rest, depth + 1)
+                                  if mv.fn is not caller or self._runs_before(caller, mv.node, cop)), None)
                         if r is not None:
                             found.append(r)
                             break
