@@ -190,7 +190,8 @@ for x, y in loader:
                            f"(`{moved_with}` at {where}); move it with `.to(device)`")
                 reported.add(line)
                 reported.update((id(op.loop), mm.code_for(x.value).strip()) for x, _f in bad)
-                yield Report(op.node, msg, fix=_fix_601(fn, a, mv, model, "moved_inplace" in facts),
+                more = [x for x, f in bad[1:] if "moved_inplace" not in f]
+                yield Report(op.node, msg, fix=_fix_601(fn, a, mv, model, "moved_inplace" in facts, more),
                              scope=fn.qualname)
 
 
@@ -216,8 +217,11 @@ def _visible(mm, fn, expr) -> bool:
     return True
 
 
-def _fix_601(fn, arg, mv, model, inplace=False):
+def _fix_601(fn, arg, mv, model, inplace=False, more=()):
+    """``more``: the other unmoved arguments of the same call (``model(data.x, data.edge_index)``),
+    moved by the same fix."""
     def make(mm):
+        from torchlint.findings import Fix
         from torchlint.fixes import replace_node
         from torchlint.model.dataflow import _is_statement_call
 
@@ -230,17 +234,26 @@ def _fix_601(fn, arg, mv, model, inplace=False):
                         _is_statement_call(o) and mm.line_of(o.node) < mm.line_of(v):
                     new = f"{o.recv} = {mm.code_for(o.node)}"
                     return replace_node(mm, o.node, new, f"Assign the moved tensor: `{new}`", "unsafe")
-        if arg.star:
+        if arg.star or any(x.star for x in more):
             return None
-        if not isinstance(v, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)):
-            code = f"({code})"
-        if mv.cuda:
-            new = f"{code}.cuda()"
-        elif mv.device is not None and _visible(mm, fn, mv.device):
-            new = f"{code}.to({mm.code_for(mv.device).strip()})"
-        else:
-            new = f"{code}.to(next({model}.parameters()).device)"
-        return replace_node(mm, v, new, f"Move the batch: `{new}`", "unsafe")
+
+        def moved(v):
+            code = mm.code_for(v)
+            if not isinstance(v, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)):
+                code = f"({code})"
+            if mv.cuda:
+                return f"{code}.cuda()"
+            if mv.device is not None and _visible(mm, fn, mv.device):
+                return f"{code}.to({mm.code_for(mv.device).strip()})"
+            return f"{code}.to(next({model}.parameters()).device)"
+
+        new = moved(v)
+        fix = replace_node(mm, v, new, f"Move the batch: `{new}`", "unsafe")
+        if not more:
+            return fix
+        edits = list(fix.edits) + [e for x in more for e in replace_node(mm, x.value, moved(x.value), "", "unsafe").edits]
+        names = ", ".join(f"`{mm.code_for(x.value).strip()}`" for x in (arg, *more))
+        return Fix(f"Move the batch: {names}", tuple(edits), "unsafe")
     return make
 
 

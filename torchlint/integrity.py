@@ -214,7 +214,8 @@ _SUMMARY_TYPES = {"name": str, "qualname": str, "path": str, "line": int, "param
                   "returns": list, "returns_items": list, "forward": bool, "moves": bool, "trains_on": list, "evaluates_on": list, "reshuffles": list,
                   "grad": str}
 _CLASS_TYPES = {"is_module": bool, "bases": list, "methods": list, "mode_sensitive": bool, "mode_layers": bool, "forward": list,
-                "iterable_dataset": bool, "plain": bool, "mode_free_if": dict, "shuffles": list}
+                "iterable_dataset": bool, "plain": bool, "mode_free_if": dict, "shuffles": list,
+                "on_device": bool}
 
 
 def _nat(x) -> bool:

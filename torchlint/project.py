@@ -90,6 +90,7 @@ class Aspect(str, Enum):
     MODE = "mode"  # is a module class known not to depend on train/eval mode
     ITERABLE = "iterable"  # is a class an iterable-style dataset (a DataLoader cannot shuffle it)
     SHUFFLES = "shuffles"  # which methods of a dataset class permute the samples it holds
+    DEVICE = "device"  # does a dataset class put its tensors on a device (or is it known not to)
     METHOD = "method"  # which method a name on an imported class resolves to
     CALLED = "called"  # is it called from another module
     NO_GRAD_CALLERS = "nograd"  # is it called from other modules, all of them under no_grad
@@ -451,7 +452,7 @@ class ProjectIndex:
             return self.resolve(rest)
         if aspect is Aspect.STAR:
             return self.star_binding(rest)
-        if aspect in (Aspect.CLASS, Aspect.FWD, Aspect.MODE, Aspect.ITERABLE, Aspect.SHUFFLES):
+        if aspect in (Aspect.CLASS, Aspect.FWD, Aspect.MODE, Aspect.ITERABLE, Aspect.SHUFFLES, Aspect.DEVICE):
             key = self.resolve(rest)
             facts = self.classes.get(key) or {}
             if aspect is Aspect.CLASS:  # is it an nn.Module
@@ -462,6 +463,9 @@ class ProjectIndex:
                 v = ["iterable"] if facts.get("iterable_dataset") else None
             elif aspect is Aspect.SHUFFLES:
                 v = sorted(facts.get("shuffles") or ()) or None
+            elif aspect is Aspect.DEVICE:
+                on = facts.get("on_device")
+                v = None if on is None else ["device" if on else "host"]
             else:  # a module class known not to depend on the mode (unknown: it may)
                 v = None
                 if facts.get("is_module") and facts.get("mode_sensitive") is False:

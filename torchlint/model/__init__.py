@@ -1065,6 +1065,9 @@ class ModuleModel:
             if not is_module and _resources.get(self).class_iterable(cls.qualname):
                 facts["iterable_dataset"] = True  # DataLoader(shuffle=True) would raise on it
             if not is_module:
+                on_device = _resources.get(self).class_places_on_device(cls)
+                if on_device is not None:  # a dataset that puts its tensors on a device, or not
+                    facts["on_device"] = on_device
                 shuffles = _resources.get(self).class_shuffling_methods(cls.qualname)
                 if shuffles:  # methods that permute its samples (a dataset reshuffled per epoch)
                     facts["shuffles"] = sorted(shuffles)

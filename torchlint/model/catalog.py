@@ -73,6 +73,25 @@ LIBRARY_LOADERS = {
     "torch_geometric.data.DataLoader": (2, 1),  # the older home of the same class
     "dgl.dataloading.GraphDataLoader": (None, None),  # (dataset, collate_fn=None, use_ddp=False, ...)
 }
+# loaders of graph libraries whose batches are collated on the CPU whatever their dataset holds
+# (PyG's ``Batch``/``Data`` objects, DGL's batched graphs): a loop over them must move each batch
+# (``data = data.to(device)``) unless the dataset itself was put on the device (TL601)
+HOST_BATCH_LOADERS = {
+    "torch_geometric.loader.DataLoader",
+    "torch_geometric.loader.dataloader.DataLoader",
+    "torch_geometric.data.DataLoader",
+    "torch_geometric.loader.ClusterLoader",
+    "torch_geometric.data.ClusterLoader",
+    "torch_geometric.loader.GraphSAINTRandomWalkSampler",
+    "torch_geometric.data.GraphSAINTRandomWalkSampler",
+    "torch_geometric.loader.GraphSAINTNodeSampler",
+    "torch_geometric.data.GraphSAINTNodeSampler",
+    "torch_geometric.loader.GraphSAINTEdgeSampler",
+    "torch_geometric.data.GraphSAINTEdgeSampler",
+    "torch_geometric.loader.NeighborLoader",
+    "torch_geometric.loader.LinkNeighborLoader",
+    "dgl.dataloading.GraphDataLoader",
+}
 SCALER_NAMES = {
     "torch.cuda.amp.GradScaler",
     "torch.amp.GradScaler",

@@ -752,7 +752,7 @@ class Dataflow:
                         return (base & {"graph", "grad_in"}) | {"loss"}
                     if "model_out" in base and e.attr.value in ("logits", "last_hidden_state", "pooler_output"):
                         return base & {"graph", "grad_in", "model_out"}
-                    return base & {"batch", "moved"}
+                    return base & {"batch", "moved", "param_in"}
             return EMPTY
         if tp is cst.Call:
             return self._call_facts(e, env)
@@ -835,6 +835,9 @@ class Dataflow:
             out = (self._arg0(e, env) & {"batch", "moved"}) | {"soft"}
         elif q in ("torch.randint", "torch.argmax", "torch.randperm", "torch.multinomial"):
             out = frozenset({"fresh", "indices"})
+        elif q in _VARIABLE and e.args:
+            # ``Variable(t)`` is ``t`` since PyTorch 0.4: its data facts stay
+            out = self._arg0(e, env) & _VARIABLE_KEEPS
         elif q in _HOST_DATA_FUNCS and e.args and type(e.args[0].value) in (cst.Name, cst.Attribute, cst.Subscript, cst.Call) \
                 and not any(a.keyword is not None and a.keyword.value == "device" for a in e.args):
             # ``torch.from_numpy(features)``, ``torch.Tensor(target_seq)``: a data set's arrays
@@ -862,11 +865,13 @@ class Dataflow:
                 if _dtype_is_float(e):
                     out = out | {"float"}
                 elif _dtype_is_int(e):
-                    out = out - {"float"}
+                    out = (out - {"float"}) | {"indices"}
             elif m in ("float", "double", "half", "bfloat16"):
                 out = base | {"float"}
             elif m == "type" and _dtype_is_float(e):
                 out = base | {"float"}
+            elif m == "type" and _dtype_is_int(e):
+                out = (base - {"float"}) | {"indices"}
             elif m in ("long", "int"):
                 out = (base - {"float"}) | {"indices"}
             elif m == "softmax":
@@ -912,6 +917,8 @@ class Dataflow:
                 out = EMPTY
                 if d and any(n in d.lower() for n in _SOFT_NAMES):
                     out = frozenset({"soft"})
+        if _makes_int_tensor(self.mm, e, q):
+            out = (out - {"float"}) | {"indices"}  # class indices: ``torch.LongTensor(...)``, ``torch.tensor([0, 2])``
         if type(func) is cst.Name and self.fn.name == "forward" and self.fn.cls is not None:
             # ``layer(x)`` in ``def forward(self, x, layer)``: what it returns depends on the
             # module each caller passes (a concrete-dropout wrapper around ``Sequential(fc, softmax)``)
@@ -1272,6 +1279,56 @@ _FLOAT_DTYPES = {"torch.float", "torch.float32", "torch.float64", "torch.double"
                  "torch.DoubleTensor", "torch.cuda.DoubleTensor", "float"}
 _INT_DTYPES = {"torch.long", "torch.int64", "torch.int", "torch.int32", "torch.LongTensor",
                "torch.cuda.LongTensor"}
+
+
+_VARIABLE = {"torch.autograd.Variable", "torch.autograd.variable.Variable"}
+_VARIABLE_KEEPS = frozenset({"batch", "moved", "param_in", "indices", "float", "soft", "host_data", "fresh"})
+_INT_TENSOR_TYPES = {"torch.LongTensor", "torch.cuda.LongTensor", "torch.IntTensor", "torch.cuda.IntTensor"}
+
+
+def _int_literal(e, depth: int = 0) -> bool:
+    """A list or tuple literal of integers (nested, non-empty)."""
+    if isinstance(e, cst.Integer):
+        return True
+    if isinstance(e, cst.UnaryOperation) and isinstance(e.operator, cst.Minus):
+        return isinstance(e.expression, cst.Integer)
+    if isinstance(e, (cst.List, cst.Tuple)) and e.elements and depth < 4:
+        return all(not isinstance(el, cst.StarredElement) and _int_literal(el.value, depth + 1) for el in e.elements)
+    return False
+
+
+def _int_tensor_type(mm, func) -> bool:
+    """``torch.LongTensor``, or a module-level name only ever bound to integer tensor types
+    (``LongTensor = torch.cuda.LongTensor if cuda else torch.LongTensor``)."""
+    d = dotted(func)
+    if not d:
+        return False
+    if mm.qualify(d) in _INT_TENSOR_TYPES:
+        return True
+    if "." in d:
+        return False
+    cache = mm.__dict__.setdefault("_int_tensor_aliases", {})
+    if d not in cache:
+        vals = [o.value for o in mm.module_function.body if isinstance(o, AssignOp) and o.aug is None
+                and any(isinstance(t, cst.Name) and t.value == d for t in o.targets)]
+        ok = bool(vals)
+        for v in vals:
+            alts = [v.body, v.orelse] if isinstance(v, cst.IfExp) else [v]
+            if not all(dotted(a) and mm.qualify(dotted(a)) in _INT_TENSOR_TYPES for a in alts):
+                ok = False
+        cache[d] = ok
+    return cache[d]
+
+
+def _makes_int_tensor(mm, e: cst.Call, q) -> bool:
+    if q in ("torch.tensor", "torch.as_tensor") and e.args:
+        if _dtype_is_int(e):
+            return True
+        a0 = e.args[0]
+        return a0.keyword is None and not a0.star and _int_literal(a0.value) and not _dtype_is_float(e)
+    if q is None or q in _INT_TENSOR_TYPES:
+        return bool(e.args) and _int_tensor_type(mm, e.func)
+    return False
 
 
 def _dtype_arg(call: cst.Call):

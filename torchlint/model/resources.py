@@ -28,7 +28,7 @@ from typing import Iterator, Optional
 import libcst as cst
 
 from . import catalog
-from .binder import _child_fields, dotted
+from .binder import FunctionModel, _child_fields, dotted
 from .ir import (
     AUTOGRAD_GRAD, BACKWARD, CALL, FORWARD, GRAD_OFF, MOVE, AssignOp, BranchOp, CallOp, LoopOp,
     ReturnOp, all_ops, walk,
@@ -663,7 +663,7 @@ class Resources:
                         and value.func.attr.value in PREPARE_METHODS:
                     out.append((owner, value))
                 else:
-                    out.append((owner, None))
+                    out.extend(self._returned_item_loaders(owner, value, idx, depth) or [(owner, None)])
                 continue
             if isinstance(value, (cst.Name, cst.Attribute)):
                 out.extend(self.loader_values(owner, value, depth + 1))
@@ -681,11 +681,36 @@ class Resources:
                 out.append((fn, None))
         return out
 
+    def _returned_item_loaders(self, fn, value, idx, depth: int) -> list:
+        """``train_loader, val_loader = get_dataloaders(...)``: the loaders a function of this
+        module returns at ``idx`` of the tuple each of its ``return`` statements writes out,
+        else ``[]`` (unknown)."""
+        if not isinstance(value, cst.Call) or not isinstance(idx, int) or depth > 3:
+            return []
+        name = dotted(value.func)
+        callee = self.mm.function_named(fn, name) if name and "." not in name else None
+        if not isinstance(callee, FunctionModel) or callee.is_module_level:
+            return []
+        out = []
+        for r in walk(callee.body):
+            if not isinstance(r, ReturnOp):
+                continue
+            v = r.value
+            if not isinstance(v, (cst.Tuple, cst.List)) or len(v.elements) <= idx \
+                    or any(isinstance(e, cst.StarredElement) for e in v.elements):
+                return []
+            out.extend(self.loader_values(callee, v.elements[idx].value, depth + 1))
+        return out
+
     def is_loader_call(self, fn, value) -> bool:
         if not isinstance(value, cst.Call):
             return False
         q = self.mm.qualify(dotted(value.func))
         return q in catalog.LOADER_NAMES
+
+    def _host_batch_loader(self, fn, value) -> bool:
+        """A graph library's loader (PyG, DGL): its batches are collated on the CPU."""
+        return isinstance(value, cst.Call) and self.mm.qualify(dotted(value.func)) in catalog.HOST_BATCH_LOADERS
 
     def full_batch_moves(self, loop: LoopOp) -> list:
         """Assignments in ``loop`` that move full-batch data made on the CPU to the device
@@ -711,7 +736,7 @@ class Resources:
                 return None
             if isinstance(v.func, cst.Attribute) and v.func.attr.value in PREPARE_METHODS:
                 return "device"
-            if not self.is_loader_call(owner, v):
+            if not self.is_loader_call(owner, v) and not self._host_batch_loader(owner, v):
                 return None
             p = self._construction_placement(owner, v)
             if p is None:
@@ -776,20 +801,19 @@ class Resources:
     def _dataset_on_device(self, fn, ds) -> bool:
         for owner, v in self._dataset_values(fn, ds):
             if not isinstance(v, cst.Call):
+                # ``[g.to(device) for g in dataset]``: a list of samples moved one by one
+                if v is not None and any(isinstance(o, cst.Attribute) and o.attr.value in ("to", "cuda")
+                                         for o in subnodes(v)):
+                    return True
                 continue
             name = dotted(v.func)
             cls = self.mm.find_class(name) if name else None
             if cls is not None:
-                for m in cls.methods.values():
-                    if any(p == "device" or p.endswith("_device") for p in m.params):
-                        return True
-                    for o in walk(m.body):
-                        if isinstance(o, CallOp) and o.kind == MOVE and self.move_device(m, o)[0]:
-                            return True
-                        if isinstance(o, CallOp) and o.keyword("device") is not None and \
-                                not self.is_cpu_device(m, o.keyword("device").value):
-                            return True
+                if self.class_places_on_device(cls):
+                    return True
                 continue
+            if name and (self.mm.external_class(name, "device") or {}).get("on_device"):
+                return True  # a dataset class of another tree module that moves its tensors
             # TensorDataset(x.to(device), y.to(device)), datasets of tensors created on the device
             for o in walk(owner.body):
                 if isinstance(o, CallOp) and o.node is v:
@@ -821,17 +845,50 @@ class Resources:
         return False
 
     def _dataset_unknown(self, fn, ds) -> bool:
-        """A dataset whose class lives in another module of the linted tree (it may place
-        its tensors on the device) or cannot be found."""
+        """A dataset whose class lives in another module of the linted tree and is not known
+        to leave its tensors on the CPU (it may place them on the device), or cannot be found."""
         for owner, v in self._dataset_values(fn, ds):
             if v is None:
                 return True
             if isinstance(v, cst.Call):
                 name = dotted(v.func)
                 if name and self.mm.find_class(name) is None and hasattr(self.mm, "external_class_name") \
-                        and self.mm.external_class_name(name):
+                        and self.mm.external_class_name(name) \
+                        and (self.mm.external_class(name, "device") or {}).get("on_device") is not False:
                     return True
         return False
+
+    def class_places_on_device(self, cls, depth: int = 0) -> Optional[bool]:
+        """Whether a dataset class of this module puts its tensors on a device (a method takes
+        a ``device``, moves a tensor, or creates one with a non-CPU ``device=``), its local bases
+        included; ``None`` when a base lives in another module of the tree (not known here)."""
+        if depth > 5:
+            return None
+        for m in cls.methods.values():
+            if any(p == "device" or p.endswith("_device") for p in m.params):
+                return True
+            for o in walk(m.body):
+                if isinstance(o, CallOp) and o.kind == MOVE and self.move_device(m, o)[0]:
+                    return True
+                if isinstance(o, CallOp) and o.keyword("device") is not None and \
+                        not self.is_cpu_device(m, o.keyword("device").value):
+                    return True
+        out: Optional[bool] = False
+        for raw in cls.raw_bases:
+            local = self.mm.find_class(raw)
+            if local is not None and local is not cls:
+                got = self.class_places_on_device(local, depth + 1)
+            elif raw == "object" or (self.mm.qualify(raw) or "").startswith(("torch.", "torchvision.")):
+                got = False
+            elif self.mm.external_class_name(raw):
+                got = None  # a base of another tree module
+            else:
+                got = False  # a library base: its tensors are where the library puts them, the CPU
+            if got:
+                return True
+            if got is None:
+                out = None
+        return out
 
     # ------------------------------------------------------------ loader constructions
     def loader_constructions(self) -> list:
