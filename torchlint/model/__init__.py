@@ -884,6 +884,8 @@ class ModuleModel:
         out = ret & self._RETURN_KEEP
         if ("param_in" in ret or "moved" in ret) and any("batch" in a for a in arg_facts):
             out = out | {"batch"}
+            if "param_in" in ret and all("moved" in a for a in arg_facts if "batch" in a):
+                out = out | {"moved"}  # what it received, moved by the caller (``x, y = unpack(batch)``)
         return frozenset(out)
 
     def call_result_item_facts(self, fn: FunctionModel, op: CallOp, arg_facts=()) -> Optional[tuple]:
@@ -927,12 +929,13 @@ class ModuleModel:
         if not name:
             return None
         last = None
+        use = self.line_of(expr)
         for o in all_ops(fn):
             if isinstance(o, AssignOp) and o.aug is None and isinstance(o.value, cst.Call):
                 for t in o.targets:
                     names = [_dotted(e.value) for e in t.elements] if isinstance(t, (cst.Tuple, cst.List)) \
                         else [_dotted(t)]
-                    if name in names:
+                    if name in names and self.line_of(o.value) <= use:  # the last binding above the use
                         last = o.value
         return self.value_origin(fn, last) if last is not None else None
 
