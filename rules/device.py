@@ -90,11 +90,13 @@ for x, y in loader:
     optimizer.step()
 """
     known_problems = (
-        "Only loaders built with `DataLoader(...)` in the linted code are followed: batches "
+        "Only loaders built with `DataLoader(...)` (or a PyG/DGL loader, whose batches are "
+        "collated on the CPU) in the linted code are followed: batches "
         "from `accelerator.prepare`d or Lightning-managed loaders, from a `collate_fn` or a "
         "dataset that moves tensors, or from loaders whose construction cannot be seen are "
         "trusted. Models wrapped in `DataParallel`/`DistributedDataParallel` scatter their "
-        "inputs themselves, so their forward calls are not checked. Scripts that only ever "
+        "inputs themselves, so their forward calls are not checked (unless the wrap only "
+        "happens with several GPUs: `if torch.cuda.device_count() > 1`). Scripts that only ever "
         "use the CPU (`device = torch.device('cpu')`) are quiet."
     )
     fix_safety = "unsafe"
