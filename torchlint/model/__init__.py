@@ -935,7 +935,7 @@ class ModuleModel:
                 for t in o.targets:
                     names = [_dotted(e.value) for e in t.elements] if isinstance(t, (cst.Tuple, cst.List)) \
                         else [_dotted(t)]
-                    if name in names and self.line_of(o.value) <= use:  # the last binding above the use
+                    if name in names and (not use or self.line_of(o.value) <= use):  # the last binding above the use
                         last = o.value
         return self.value_origin(fn, last) if last is not None else None
 
