@@ -742,6 +742,8 @@ class Dataflow:
                                       "saved") | {"data"}
                     if e.attr.value == "grad":
                         return frozenset({"grad"})
+                    if e.attr.value in _SHAPE_LIKE_ATTRS:
+                        return EMPTY  # ``x.shape``, ``x.dtype``: not the tensor's data
                     base = self.facts(e.value, env)
                     if e.attr.value in ("mT", "T", "H", "mH", "real", "imag"):
                         return base
@@ -868,6 +870,13 @@ class Dataflow:
                     out = (out - {"float"}) | {"indices"}
             elif m in ("float", "double", "half", "bfloat16"):
                 out = base | {"float"}
+            elif m == "type" and e.args and _tensor_type_alias(self.mm, e.args[0].value, "torch.cuda."):
+                # ``imgs.type(Tensor)``, ``Tensor = torch.cuda.FloatTensor if cuda else torch.FloatTensor``
+                out = base | {"moved"}
+                if _tensor_type_alias(self.mm, e.args[0].value, "", _INT_TENSOR_TYPES):
+                    out = (out - {"float"}) | {"indices"}
+                elif _dtype_is_float(e) or _tensor_type_alias(self.mm, e.args[0].value, "", _FLOAT_TENSOR_TYPES):
+                    out = out | {"float"}
             elif m == "type" and _dtype_is_float(e):
                 out = base | {"float"}
             elif m == "type" and _dtype_is_int(e):
@@ -919,6 +928,8 @@ class Dataflow:
                     out = frozenset({"soft"})
         if _makes_int_tensor(self.mm, e, q):
             out = (out - {"float"}) | {"indices"}  # class indices: ``torch.LongTensor(...)``, ``torch.tensor([0, 2])``
+        if q is None and e.args and _tensor_type_alias(self.mm, func, "torch.cuda."):
+            out = out | {"moved"}  # ``Tensor(x)`` of ``Tensor = torch.cuda.FloatTensor if cuda else ...``
         if type(func) is cst.Name and self.fn.name == "forward" and self.fn.cls is not None:
             # ``layer(x)`` in ``def forward(self, x, layer)``: what it returns depends on the
             # module each caller passes (a concrete-dropout wrapper around ``Sequential(fc, softmax)``)
@@ -1297,27 +1308,52 @@ def _int_literal(e, depth: int = 0) -> bool:
     return False
 
 
-def _int_tensor_type(mm, func) -> bool:
-    """``torch.LongTensor``, or a module-level name only ever bound to integer tensor types
-    (``LongTensor = torch.cuda.LongTensor if cuda else torch.LongTensor``)."""
-    d = dotted(func)
-    if not d:
-        return False
-    if mm.qualify(d) in _INT_TENSOR_TYPES:
-        return True
-    if "." in d:
-        return False
-    cache = mm.__dict__.setdefault("_int_tensor_aliases", {})
+_FLOAT_TENSOR_TYPES = {"torch.FloatTensor", "torch.cuda.FloatTensor", "torch.DoubleTensor", "torch.cuda.DoubleTensor",
+                       "torch.HalfTensor", "torch.cuda.HalfTensor"}
+_SHAPE_LIKE_ATTRS = {"shape", "dtype", "device", "ndim", "is_cuda", "requires_grad", "layout"}
+
+
+def _alias_values(mm, d: str) -> list:
+    """The qualified names a module-level name is bound to (``LongTensor = torch.cuda.LongTensor
+    if cuda else torch.LongTensor``: both), ``[]`` when one of its values is not a dotted name."""
+    cache = mm.__dict__.setdefault("_tensor_type_aliases", {})
     if d not in cache:
         vals = [o.value for o in mm.module_function.body if isinstance(o, AssignOp) and o.aug is None
                 and any(isinstance(t, cst.Name) and t.value == d for t in o.targets)]
-        ok = bool(vals)
+        out = []
         for v in vals:
-            alts = [v.body, v.orelse] if isinstance(v, cst.IfExp) else [v]
-            if not all(dotted(a) and mm.qualify(dotted(a)) in _INT_TENSOR_TYPES for a in alts):
-                ok = False
-        cache[d] = ok
+            for a in ([v.body, v.orelse] if isinstance(v, cst.IfExp) else [v]):
+                q = mm.qualify(dotted(a)) if dotted(a) else None
+                if q is None:
+                    out = []
+                    break
+                out.append(q)
+            else:
+                continue
+            break
+        cache[d] = out
     return cache[d]
+
+
+def _tensor_type_alias(mm, expr, prefix: str, among=None) -> bool:
+    """``expr`` names a tensor type (``torch.cuda.FloatTensor``) or a module alias of tensor
+    types: ``among`` (every value one of them), or any value starting with ``prefix``."""
+    d = dotted(expr)
+    if not d:
+        return False
+    q = mm.qualify(d)
+    vals = [q] if q and q.startswith("torch.") else (_alias_values(mm, d) if "." not in d else [])
+    if not vals:
+        return False
+    if among is not None:
+        return all(v in among for v in vals)
+    return any(v.startswith(prefix) and v.endswith("Tensor") for v in vals)
+
+
+def _int_tensor_type(mm, func) -> bool:
+    """``torch.LongTensor``, or a module-level name only ever bound to integer tensor types
+    (``LongTensor = torch.cuda.LongTensor if cuda else torch.LongTensor``)."""
+    return _tensor_type_alias(mm, func, "", _INT_TENSOR_TYPES)
 
 
 def _makes_int_tensor(mm, e: cst.Call, q) -> bool:
