@@ -38,7 +38,7 @@ from typing import Optional
 import libcst as cst
 
 from . import catalog
-from .binder import dotted
+from .binder import FunctionModel, dotted
 from .ir import (
     BACKWARD, CALL, FORWARD, GRAD_OFF, LOSS, MOVE, AssignOp, BranchOp, CallOp, JumpOp, LoopOp,
     ReturnOp, all_ops, walk,
@@ -659,6 +659,48 @@ class Dataflow:
             node = a.value if a is not None else None
         return node.value if isinstance(node, cst.Name) else None
 
+    def _next_batch(self, e: cst.Call) -> Optional[frozenset]:
+        """``next(iter(loader))``, ``next(it)`` / ``it.next()`` of ``it = iter(loader)``: one batch
+        of the loader (moved when its ``collate_fn`` moves it), else ``None``."""
+        f = e.func
+        if isinstance(f, cst.Name) and f.value == "next" and e.args and e.args[0].keyword is None:
+            it = e.args[0].value
+        elif isinstance(f, cst.Attribute) and f.attr.value == "next" and not e.args:
+            it = f.value
+        else:
+            return None
+        if isinstance(it, cst.Name):
+            it = constructor_call(self.mm, self.fn, it.value)
+        if not (isinstance(it, cst.Call) and isinstance(it.func, cst.Name) and it.func.value == "iter"
+                and len(it.args) == 1):
+            return None
+        loader = it.args[0].value
+        if self.resolver.of_expr(self.fn, loader)[0] != catalog.LOADER:
+            return None
+        return frozenset({"batch", "moved"}) if self.mm.loader_moves(self.fn, loader) else frozenset({"batch"})
+
+    def _generator_batches(self, it) -> Optional[frozenset]:
+        """``for batch_dict in generate_batches(dataset, device=...)`` (or a name bound to that
+        call), a generator function of this module that yields inside a loop over a data
+        loader: its batches (moved when that loop moves tensors or the loader's ``collate_fn``
+        does), else ``None``."""
+        call = constructor_call(self.mm, self.fn, it.value) if isinstance(it, cst.Name) else it
+        if not (isinstance(call, cst.Call) and isinstance(call.func, cst.Name)):
+            return None
+        gen = self.mm.function_named(self.fn, call.func.value)
+        if not isinstance(gen, FunctionModel) or gen is self.fn or gen.is_module_level:
+            return None
+        for op in all_ops(gen):
+            if not (isinstance(op, LoopOp) and isinstance(op.node, cst.For) and _yields(op.node.body)):
+                continue
+            loader = _strip_iter(op.iter)
+            if self.resolver.of_expr(gen, loader)[0] != catalog.LOADER:
+                continue
+            if self.mm.loader_moves(gen, loader) or _moves_tensors(op.node.body):
+                return frozenset({"batch", "moved"})
+            return frozenset({"batch"})
+        return None
+
     def _iter_facts(self, loop: LoopOp, env) -> frozenset:
         it = loop.iter
         # enumerate(loader) / tqdm(loader) / zip(...)
@@ -671,6 +713,9 @@ class Dataflow:
             if self.mm.loader_moves(self.fn, it):  # collate_fn moves the batches
                 return frozenset({"batch", "moved"})
             return frozenset({"batch"})
+        gen = self._generator_batches(it)
+        if gen is not None:
+            return gen
         base = self.facts(it, env)
         if "batch" in base:
             return frozenset({"batch"})
@@ -810,6 +855,8 @@ class Dataflow:
         out: frozenset
         if _is_param_iter(e):
             out = frozenset({"params"})
+        elif (nxt := self._next_batch(e)) is not None:
+            out = nxt
         elif op is not None and op.kind == FORWARD:
             out = frozenset({"graph", "model_out"}) | self.mm.forward_output_facts(self.fn, op)
             ctor = constructor_qual(self.mm, self.fn, op.target)
@@ -1362,8 +1409,68 @@ def _makes_int_tensor(mm, e: cst.Call, q) -> bool:
             return True
         a0 = e.args[0]
         return a0.keyword is None and not a0.star and _int_literal(a0.value) and not _dtype_is_float(e)
+    if q in _INDEX_FACTORIES and _dtype_is_int(e):
+        # ``torch.zeros(N * C, dtype=torch.long)``: a vector of class indices, filled in later
+        # (a 2-D integer tensor may be a one-hot matrix made float on purpose)
+        pos = [a for a in e.args if a.keyword is None and not a.star]
+        n = 1 if q != "torch.full" else 2
+        if len(pos) != n:
+            return False
+        size = pos[0].value
+        return not isinstance(size, (cst.Tuple, cst.List)) or len(size.elements) == 1
+    if q == "torch.arange" and e.args and not _dtype_is_float(e):
+        # ``labels = torch.arange(n)``: the contrastive (CLIP, MoCo) targets, integers
+        return all(a.keyword is not None or not _has_float_literal(a.value) for a in e.args)
     if q is None or q in _INT_TENSOR_TYPES:
         return bool(e.args) and _int_tensor_type(mm, e.func)
+    return False
+
+
+class _Finder(cst.CSTVisitor):
+    def __init__(self, pred):
+        self.pred, self.found = pred, False
+
+    def on_visit(self, node) -> bool:
+        if self.found or isinstance(node, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            return False  # a nested function's yield or move is not this loop's
+        if self.pred(node):
+            self.found = True
+            return False
+        return True
+
+
+def _contains(node, pred) -> bool:
+    v = _Finder(pred)
+    node.visit(v)
+    return v.found
+
+
+def _yields(node) -> bool:
+    return _contains(node, lambda n: isinstance(n, cst.Yield))
+
+
+def _moves_tensors(node) -> bool:
+    return _contains(node, lambda n: isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute)
+                     and n.func.attr.value in _DEVICE_METHODS)
+
+
+def _strip_iter(it):
+    while isinstance(it, cst.Call) and dotted(it.func) in ("enumerate", "tqdm", "tqdm.tqdm", "iter") and it.args:
+        it = it.args[0].value
+    return it
+
+
+_INDEX_FACTORIES = {"torch.zeros", "torch.ones", "torch.empty", "torch.full"}
+
+
+def _has_float_literal(e) -> bool:
+    """``0.5`` or ``n * 0.5``: an argument that makes ``torch.arange`` float."""
+    if isinstance(e, cst.Float):
+        return True
+    if isinstance(e, cst.BinaryOperation):
+        return isinstance(e.operator, cst.Divide) or _has_float_literal(e.left) or _has_float_literal(e.right)
+    if isinstance(e, cst.UnaryOperation):
+        return _has_float_literal(e.expression)
     return False
 
 
