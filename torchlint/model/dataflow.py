@@ -745,7 +745,8 @@ class Dataflow:
                 # an item loses what the whole value carries only through another item
                 elem = vf - {"loss"} if "batch" not in vf else frozenset({"batch"} | (vf & {"moved"}))
                 for te, f in zip(elts, items):
-                    self._bind(te, None, elem - (_ITEM_ONLY - f), env)
+                    # ``X, Y = build_dataset(words)``: only ``Y`` holds the class indices
+                    self._bind(te, None, (elem - (_ITEM_ONLY - f)) | (f & {"indices"}), env)
             else:
                 elem = vf - {"loss"} if "batch" not in vf else frozenset({"batch"} | (vf & {"moved"}))
                 for i, te in enumerate(elts):
@@ -973,6 +974,9 @@ class Dataflow:
                 out = EMPTY
                 if d and any(n in d.lower() for n in _SOFT_NAMES):
                     out = frozenset({"soft"})
+        if q in ("torch.tensor", "torch.as_tensor", "torch.LongTensor") and e.args and isinstance(e.args[0].value, cst.Name) \
+                and not _dtype_is_float(e) and _IntLists(self.mm, self.fn).int_list(e.args[0].value.value, e):
+            out = (out - {"float"}) | {"indices"}  # ``Y.append(stoi[ch])`` ... ``Y = torch.tensor(Y)``
         if _makes_int_tensor(self.mm, e, q):
             out = (out - {"float"}) | {"indices"}  # class indices: ``torch.LongTensor(...)``, ``torch.tensor([0, 2])``
         if q is None and e.args and _tensor_type_alias(self.mm, func, "torch.cuda."):
@@ -1424,6 +1428,133 @@ def _makes_int_tensor(mm, e: cst.Call, q) -> bool:
     if q is None or q in _INT_TENSOR_TYPES:
         return bool(e.args) and _int_tensor_type(mm, e.func)
     return False
+
+
+class _IntLists:
+    """Python lists of integers built by appends (makemore's ``Y.append(ix)`` with ``ix =
+    stoi[ch]`` and ``stoi = {s: i + 1 for i, s in enumerate(chars)}``): ``torch.tensor`` of one
+    is a vector of class indices."""
+    _INT_FUNCS = {"len", "int", "ord"}
+
+    def __init__(self, mm, fn):
+        self.mm, self.fn = mm, fn
+
+    def _ops(self, fn):
+        return [o for o in all_ops(fn)] if fn is not None else []
+
+    def _bindings(self, fn, name):
+        """(values, loop iters) that bind ``name`` in ``fn``; a value ``None`` is one not seen
+        (an unpacking from a call, a ``with ... as``)."""
+        values, loops = [], []
+        for o in self._ops(fn):
+            if isinstance(o, AssignOp) and o.aug is None:
+                for t in o.targets:
+                    if isinstance(t, cst.Name) and t.value == name:
+                        values.append(o.value)
+                    elif isinstance(t, (cst.Tuple, cst.List)):
+                        for i, el in enumerate(t.elements):
+                            if isinstance(el.value, cst.Name) and el.value.value == name:
+                                v = o.value
+                                values.append(v.elements[i].value if isinstance(v, (cst.Tuple, cst.List))
+                                              and len(v.elements) == len(t.elements) else None)
+            elif isinstance(o, AssignOp) and o.aug is not None and any(
+                    isinstance(t, cst.Name) and t.value == name for t in o.targets):
+                values.append(None)
+            elif isinstance(o, LoopOp) and isinstance(o.node, cst.For) and o.target is not None:
+                if isinstance(o.target, cst.Name) and o.target.value == name:
+                    loops.append(o.iter)
+                elif isinstance(o.target, cst.Tuple) and o.target.elements \
+                        and isinstance(o.target.elements[0].value, cst.Name) \
+                        and o.target.elements[0].value.value == name:
+                    loops.append(("enumerate", o.iter))
+                elif name in _target_names(o.target):
+                    loops.append(None)
+        return values, loops
+
+    def _scope_of(self, name):
+        """The function (this one or the module) whose bindings of ``name`` the code sees."""
+        v, lp = self._bindings(self.fn, name)
+        if v or lp:
+            return self.fn
+        mod = self.mm.module_function
+        return mod if mod is not self.fn else None
+
+    def int_list(self, name, at) -> bool:
+        fn = self.fn
+        values, loops = self._bindings(fn, name)
+        if loops or not values:
+            return False
+        empty = 0
+        for v in values:
+            if isinstance(v, cst.List) and not v.elements:
+                empty += 1
+            elif not (isinstance(v, cst.Call) and v is at):
+                return False  # ``Y = torch.tensor(Y)`` rebinds it: the call asked about
+        if not empty:
+            return False
+        appended = 0
+        for o in self._ops(fn):
+            if isinstance(o, CallOp) and o.recv_node is not None and isinstance(o.recv_node, cst.Name) \
+                    and o.recv_node.value == name:
+                if o.attr != "append" or len(o.args) != 1 or not self.int_valued(o.args[0].value, fn, 0):
+                    return False
+                appended += 1
+        return appended > 0
+
+    def int_valued(self, e, fn, depth) -> bool:
+        if depth > 4 or e is None:
+            return False
+        if isinstance(e, cst.Integer):
+            return True
+        if isinstance(e, cst.Call):
+            return isinstance(e.func, cst.Name) and e.func.value in self._INT_FUNCS
+        if isinstance(e, cst.BinaryOperation) and type(e.operator).__name__ in (
+                "Add", "Subtract", "Multiply", "FloorDivide", "Modulo"):
+            return self.int_valued(e.left, fn, depth + 1) and self.int_valued(e.right, fn, depth + 1)
+        if isinstance(e, cst.Name):
+            values, loops = self._bindings(fn, e.value)
+            if not values and not loops:
+                return False
+            for it in loops:
+                if not (isinstance(it, tuple) and isinstance(it[1], cst.Call) and dotted(it[1].func) == "enumerate") \
+                        and not (isinstance(it, cst.Call) and dotted(it.func) == "range"):
+                    return False
+            return all(self.int_valued(v, fn, depth + 1) for v in values)
+        if isinstance(e, cst.Subscript) and isinstance(e.value, cst.Name):
+            # ``stoi[ch]`` of ``stoi = {s: i + 1 for i, s in enumerate(chars)}``
+            scope = fn if self._bindings(fn, e.value.value)[0] else self.mm.module_function
+            values, loops = self._bindings(scope, e.value.value)
+            return bool(values) and not loops and all(self._int_dict(v, depth) for v in values)
+        return False
+
+    def _int_dict(self, v, depth) -> bool:
+        if not isinstance(v, cst.DictComp) or v.for_in.inner_for_in is not None:
+            return False
+        target, it = v.for_in.target, v.for_in.iter
+        if not (isinstance(it, cst.Call) and dotted(it.func) == "enumerate" and isinstance(target, cst.Tuple)
+                and target.elements and isinstance(target.elements[0].value, cst.Name)):
+            return False
+        index = target.elements[0].value.value
+        return _int_of(v.value, index)
+
+
+def _int_of(e, index) -> bool:
+    """``i`` / ``i + 1`` of the enumerate index ``i``."""
+    if isinstance(e, cst.Name):
+        return e.value == index
+    if isinstance(e, cst.Integer):
+        return True
+    if isinstance(e, cst.BinaryOperation) and type(e.operator).__name__ in ("Add", "Subtract", "Multiply"):
+        return _int_of(e.left, index) and _int_of(e.right, index)
+    return False
+
+
+def _target_names(t) -> set:
+    if isinstance(t, cst.Name):
+        return {t.value}
+    if isinstance(t, (cst.Tuple, cst.List)):
+        return set().union(*(_target_names(e.value) for e in t.elements)) if t.elements else set()
+    return set()
 
 
 class _Finder(cst.CSTVisitor):
