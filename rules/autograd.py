@@ -7,6 +7,7 @@ import re
 import libcst as cst
 
 from torchlint.model import catalog
+from torchlint.model.callsites import only_called_without_grad
 from torchlint.model.ir import BACKWARD, GRAD_OFF, STEP, CallOp, all_ops, walk
 from torchlint.model.queries import (
     between_forward_and_backward, gradient_cuts, inplace_may_be_differentiated, is_kind, is_scalar_tensor,
@@ -31,23 +32,7 @@ def _grad_off(mm, fn, op) -> bool:
         if f.decorator_grad == GRAD_OFF:
             return True
         f = f.parent
-    return _only_called_without_grad(mm, fn)
-
-
-def _only_called_without_grad(mm, fn) -> bool:
-    key = ("_tl3_nograd", id(fn))
-    cache = mm.__dict__.setdefault("_tl3_cache", {})
-    if key in cache:
-        return cache[key]
-    cache[key] = False
-    callers = list(mm.callers(fn))
-    res = bool(callers) and all(
-        op.grad == GRAD_OFF or _grad_off(mm, caller, op) for caller, op in callers)
-    if not res and not callers and mm.module_name and fn.parent is None:
-        q = f"{mm.module_name}.{fn.qualname}"
-        res = mm.project.only_called_under_no_grad(q)
-    cache[key] = res
-    return res
+    return only_called_without_grad(mm, fn)
 
 
 def _autograd_function(mm, fn) -> bool:

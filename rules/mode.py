@@ -6,6 +6,7 @@ import libcst as cst
 from torchlint.findings import Fix, Related
 from torchlint.model import catalog
 from torchlint.model.binder import dotted
+from torchlint.model.callsites import only_called_without_grad
 from torchlint.model.flow import ENTRY, norm_path
 from torchlint.model.ir import (
     BACKWARD, CALL, FORWARD, GRAD_OFF, GRAD_ON, GRAD_UNKNOWN, MODE, STEP, AssignOp, CallOp, LoopOp, all_ops, walk,
@@ -581,15 +582,7 @@ with torch.no_grad():
     @staticmethod
     def _callers_enable_grad(mm, fn) -> bool:
         """False when every caller in the linted code runs ``fn`` under no_grad."""
-        callers = list(mm.callers(fn))
-        if fn.is_module_level:
-            return True
-        q = f"{mm.module_name}.{fn.qualname}"
-        if mm.project.only_called_under_no_grad(q):
-            return False
-        if callers and all(op.grad == GRAD_OFF for _, op in callers):
-            return False
-        return True
+        return not only_called_without_grad(mm, fn)
 
 
 def _wrap_no_grad(loop):

@@ -1035,7 +1035,7 @@ class ModuleModel:
         """[qualname, under_no_grad] for each call of another module's function."""
         from .ir import CALL as _CALL
 
-        from .callsites import export_entries
+        from .callsites import export_entries, export_method_calls
 
         out = []
         for fn in self.all_functions:
@@ -1045,6 +1045,8 @@ class ModuleModel:
         # each call site of another module's function or class with what it passes (roles
         # known only at call sites: ``model.callsites``), counted with the calls
         out.extend([entry, off] for entry, off in export_entries(self))
+        # ``model.generate(x)`` on an instance of another module's class: a call of that method
+        out.extend([entry, off] for entry, off in export_method_calls(self))
         return out
 
     def export_classes(self) -> dict:

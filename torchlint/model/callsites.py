@@ -341,3 +341,131 @@ def export_entries(mm):
             if op.kind != CALL or qual.endswith(".__init__"):
                 yield qual, op.grad == GRAD_OFF  # called, like a plain call
             yield args_entry(qual, site_facts(mm, f, args)), op.grad == GRAD_OFF
+
+
+# ---------------------------------------------------------------- call-site contexts
+def _owner_class(fn):
+    """The class whose method ``fn`` is (or whose method encloses it)."""
+    f = fn
+    while f is not None and f.cls is None:
+        f = f.parent
+    return f.cls if f is not None else None
+
+
+def _local_ancestors(mm, cls, depth: int = 0) -> list:
+    out = []
+    for raw in cls.raw_bases:
+        base = mm.find_class(raw)
+        if base is not None and base is not cls and depth < 8:
+            out.append(base)
+            out.extend(_local_ancestors(mm, base, depth + 1))
+    return out
+
+
+def method_sites(mm, fn) -> list:
+    """``[(caller, op)]``: the calls of this module that may run the method ``fn`` besides the
+    ones bound to it directly: ``self.name(...)`` in a method of a class where ``self`` may be
+    an instance of ``fn``'s class (that class, a class it inherits ``fn`` from, or a base class
+    whose method calls a name only a subclass defines, as an evaluator's ``run_all_evals``
+    calls ``self.evaluate_mt``), ``super().name(...)`` in a subclass, and ``obj.name(...)``
+    where ``obj`` is, by evidence, an instance of a class that runs ``fn`` for ``name``."""
+    cls = _owner_class(fn)
+    if cls is None or fn.cls is None:
+        return []
+    name = fn.name
+    memo = mm.__dict__.setdefault("_method_sites", {})
+    if id(fn) in memo:
+        return memo[id(fn)]
+    related = {id(cls)} | {id(a) for a in _local_ancestors(mm, cls)}
+    out = []
+    for f in mm.all_functions:
+        for op in all_ops(f):
+            if not isinstance(op, CallOp) or op.attr != name or op.recv is None:
+                continue
+            if op.recv == "self":
+                owner = _owner_class(f)
+                if owner is None:
+                    continue
+                if mm._method_of(owner, name) is fn or id(owner) in related and owner is not cls:
+                    out.append((f, op))
+            elif op.recv == "super()":
+                owner = _owner_class(f)
+                if owner is not None and any(a is cls for a in _local_ancestors(mm, owner)):
+                    out.append((f, op))
+            elif "(" not in op.recv:
+                ev = evidence_role(mm, f, op.recv_node)
+                if ev is None or ev[0] != catalog.MODEL or not isinstance(ev[1], str) or not mm.module_name \
+                        or not ev[1].startswith(mm.module_name + "."):
+                    continue
+                inst = mm.find_class(ev[1][len(mm.module_name) + 1:])
+                if inst is not None and mm._method_of(inst, name) is fn:
+                    out.append((f, op))
+    memo[id(fn)] = out
+    return out
+
+
+def only_called_without_grad(mm, fn, depth: int = 0) -> bool:
+    """Every call of ``fn`` the linted tree shows runs with gradients off, and there is one:
+    a call under ``no_grad``/``inference_mode`` (a ``with`` block or a decorator), or from a
+    function that is itself only called so. Calls are the ones bound to ``fn`` in this module,
+    the method calls that may run it (:func:`method_sites`) and the calls of other modules
+    (``Aspect.NO_GRAD_CALLERS``). A call-site context, as a call-site role: ``generate()``
+    called only from a ``@torch.no_grad()`` ``test()`` runs without a graph."""
+    from .ir import GRAD_OFF
+
+    if fn.is_module_level or depth > 4:
+        return False
+    memo = mm.__dict__.setdefault("_only_nograd", {})
+    if id(fn) in memo:
+        return memo[id(fn)]
+    memo[id(fn)] = False  # a recursive call is not evidence
+    sites, seen = [], set()
+    for caller, op in list(mm.callers(fn)) + method_sites(mm, fn):
+        if id(op) not in seen:
+            seen.add(id(op))
+            sites.append((caller, op))
+    q = f"{mm.module_name}.{fn.qualname}" if mm.module_name else None
+    external = bool(q) and fn.parent is None and mm.project.is_called(q)
+    res = bool(sites) or external
+    if res and external:
+        res = mm.project.only_called_under_no_grad(q)
+    for caller, op in sites:
+        if not res:
+            break
+        res = op.grad == GRAD_OFF or _grad_off_function(caller) or only_called_without_grad(mm, caller, depth + 1)
+    memo[id(fn)] = res
+    return res
+
+
+def _grad_off_function(fn) -> bool:
+    from .ir import GRAD_OFF
+
+    f = fn
+    while f is not None:
+        if f.decorator_grad == GRAD_OFF:
+            return True
+        f = f.parent
+    return False
+
+
+def export_method_calls(mm):
+    """``(method, under_no_grad)`` for each ``obj.name(...)`` whose ``obj`` is, by evidence, an
+    instance of a class of another tree module (``model = Model(...); model.generate(x)``):
+    counted as calls of that class's method (its own or a base class's), so the method's module
+    knows the context it is called in."""
+    from .ir import CALL, GRAD_OFF
+
+    for f in mm.all_functions:
+        for op in all_ops(f):
+            if not isinstance(op, CallOp) or op.kind == CALL or not op.attr or op.recv is None \
+                    or op.recv == "self" or "(" in op.recv or op.attr.startswith("__"):
+                continue
+            if op.qual and op.qual != op.func:
+                continue  # ``np.array(...)``, ``torch.load(...)``: a call through an import
+            ev = evidence_role(mm, f, op.recv_node)
+            if ev is None or ev[0] != catalog.MODEL or not isinstance(ev[1], str) \
+                    or (mm.module_name and ev[1].startswith(mm.module_name + ".")):
+                continue
+            m = mm.project.method(ev[1], op.attr)
+            if m is not None:
+                yield mm.project.resolve(m), op.grad == GRAD_OFF

@@ -969,7 +969,7 @@ class Dataflow:
             if d in ("float", "int"):
                 out = frozenset({"scalar"})
             elif d == "nn.Parameter" or q in catalog.PARAMETER_CLASSES:
-                out = frozenset({"param"})
+                out = EMPTY if frozen_parameter(e) else frozenset({"param"})
             else:
                 out = EMPTY
                 if d and any(n in d.lower() for n in _SOFT_NAMES):
@@ -1702,8 +1702,20 @@ def _assigned_call(fn, name: str) -> Optional[cst.Call]:
     return hits[0] if len(quals) == 1 else None
 
 
+def frozen_parameter(call: cst.Call) -> bool:
+    """``nn.Parameter(t, requires_grad=False)`` (or ``Parameter(t, False)``): a parameter autograd
+    never differentiates (a step counter, a fixed table), so nothing saves it for backward and an
+    in-place change of it is fine."""
+    arg = call.args[1] if len(call.args) > 1 and call.args[1].keyword is None else None
+    for a in call.args:
+        if a.keyword is not None and a.keyword.value == "requires_grad":
+            arg = a
+    return arg is not None and _literal_truth(arg.value) is False
+
+
 def _param_attrs(mm) -> set:
-    """Attribute names assigned ``nn.Parameter(...)`` in any class of the module."""
+    """Attribute names assigned a trainable ``nn.Parameter(...)`` in any class of the module
+    (not one built with ``requires_grad=False``)."""
     r = mm.__dict__.get("_param_attr_names")
     if r is None:
         r = set()
@@ -1711,7 +1723,8 @@ def _param_attrs(mm) -> set:
             for path, ops in cls.attr_values.items():
                 for op in ops:
                     v = op.value
-                    if isinstance(v, cst.Call) and (dotted(v.func) or "").rsplit(".", 1)[-1] == "Parameter":
+                    if isinstance(v, cst.Call) and (dotted(v.func) or "").rsplit(".", 1)[-1] == "Parameter" \
+                            and not frozen_parameter(v):
                         r.add(path.split(".", 1)[1])
         mm.__dict__["_param_attr_names"] = r
     return r
