@@ -8,6 +8,7 @@ import libcst as cst
 
 from torchlint.model import catalog
 from torchlint.model.callsites import only_called_without_grad
+from torchlint.model.roles import plain_instance_classes
 from torchlint.model.ir import BACKWARD, GRAD_OFF, STEP, CallOp, all_ops, walk
 from torchlint.model.queries import (
     between_forward_and_backward, gradient_cuts, inplace_may_be_differentiated, is_kind, is_scalar_tensor,
@@ -459,8 +460,8 @@ outputs = model(images)
                 if q and (q.startswith("torch.") or q[:1].isupper() or q.rsplit(".", 1)[-1][:1].isupper()):
                     continue  # nn.Module.forward(self, x), SomeClass.forward
                 role = mm.resolver.of_expr(fn, recv)[0]
-                if role != catalog.MODEL:
-                    continue
+                if role != catalog.MODEL or plain_instance_classes(mm, fn, mm.resolver, op):
+                    continue  # not a model; an object of a plain class: its own forward
                 yield Report(op.node, f"`{op.recv}.forward(...)` bypasses the module's hooks; call "
                              f"`{op.recv}(...)` instead", fix=_call_fix(op), scope=fn.qualname)
 

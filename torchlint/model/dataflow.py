@@ -1742,7 +1742,25 @@ def _is_param_path(mm, path: str) -> bool:
 
 
 def _is_self_param(mm, fn, path: str) -> bool:
-    return path.startswith("self.") and path.count(".") == 1 and path[5:] in _param_attrs(mm)
+    """``self.X`` names a parameter: its class (or a base class of this module) assigns ``X``
+    a trainable ``nn.Parameter``; when the class assigns ``X`` only other values (a NumPy
+    array of a hand-written layer, next to an ``nn.Module`` of the same notebook that calls
+    its parameter ``b`` too) it is not one. A class that never assigns ``X`` falls back to the
+    module's classes."""
+    if not (path.startswith("self.") and path.count(".") == 1 and path[5:] in _param_attrs(mm)):
+        return False
+    f = fn
+    while f is not None and f.cls is None:
+        f = f.parent
+    cls, seen = (f.cls if f is not None else None), 0
+    while cls is not None and seen < 8:
+        ops = cls.attr_values.get(path)
+        if ops:
+            return any(isinstance(op.value, cst.Call) and (dotted(op.value.func) or "").rsplit(".", 1)[-1] == "Parameter"
+                       and not frozen_parameter(op.value) for op in ops)
+        cls = next((mm.find_class(b) for b in cls.raw_bases if mm.find_class(b) is not None), None)
+        seen += 1
+    return True
 
 
 def _is_statement_call(op) -> bool:

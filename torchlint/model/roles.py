@@ -8,7 +8,7 @@ from typing import Optional
 import libcst as cst
 
 from . import catalog
-from .binder import dotted
+from .binder import FunctionModel, dotted
 from .ir import (
     AUTOGRAD_GRAD, BACKWARD, CALL, CLEAR, FORWARD, LOSS, MODE, MOVE, SCHED_STEP, STEP,
     AssignOp, CallOp, DefOp, LoopOp, ReturnOp, all_ops, walk,
@@ -1703,6 +1703,107 @@ def _own_method(mm, fn, op: CallOp) -> bool:
     return mm.resolve_call(fn, op) is not None
 
 
+def _plain_local_class(mm, value):
+    """The plain class of this module (no ``nn.Module``, no base outside this module's plain
+    classes) that ``value`` (a constructor call) builds, else ``None``."""
+    if not isinstance(value, cst.Call):
+        return None
+    cls = mm.find_class(dotted(value.func) or "")
+    if cls is None or mm.class_is_module(cls) or not mm._plain_class(cls):
+        return None
+    return cls
+
+
+def _binding(mm, fn, resolver: RoleResolver, path: str, at):
+    """The value bound to ``path`` where ``at`` runs: in top-level code (a notebook's cells, a
+    script) the last assignment above it; in a function its assignments if they all agree;
+    else its definition outside (``self`` attributes, module globals)."""
+    binds = [op for op in all_ops(fn) if isinstance(op, AssignOp) and op.aug is None and op.value is not None
+             and any(dotted(t) == path for t in op.targets)]
+    if binds and fn.is_module_level:
+        line = mm.line_of(at)
+        above = [op for op in binds if mm.line_of(op.node) < line]
+        return above[-1].value if above else None
+    if binds:
+        vals = {mm.code_for(op.value.func) if isinstance(op.value, cst.Call) else id(op) for op in binds}
+        return binds[0].value if len(vals) == 1 else None
+    d = resolver.definition(fn, path)
+    return d[1] if d is not None else None
+
+
+def _element_values(mm, fn, resolver: RoleResolver, path: str, depth: int = 0) -> Optional[list]:
+    """The items of the list at ``path`` (``self.layers``): a list literal it is bound to, or
+    the list literal every call of the class passes for the ``__init__`` parameter it holds
+    (``Sequential([MyLinear(2, h), MyReLU()])``)."""
+    from .callsites import _local_sites
+
+    d = resolver.definition(fn, path)
+    if d is None or depth > 2:
+        return None
+    f, v = d
+    if isinstance(v, (cst.List, cst.Tuple)):
+        return [e.value for e in v.elements]
+    if not (isinstance(v, cst.Name) and v.value in f.params and f.name == "__init__"):
+        return None
+    idx = f.params.index(v.value) - 1
+    out = []
+    sites = _local_sites(mm).get(id(f), ())
+    for caller, args in sites:
+        arg = next((a for a in args if a.keyword is not None and a.keyword.value == v.value), None)
+        pos = [a for a in args if a.keyword is None and not a.star]
+        if arg is None and 0 <= idx < len(pos):
+            arg = pos[idx]
+        if arg is None:
+            return None
+        val = arg.value
+        if isinstance(val, cst.Name):
+            dd = resolver.definition(caller, val.value)
+            val = dd[1] if dd is not None else None
+        if not isinstance(val, (cst.List, cst.Tuple)):
+            return None
+        out.extend(e.value for e in val.elements)
+    return out if sites else None
+
+
+def plain_instance_classes(mm, fn, resolver: RoleResolver, op: CallOp) -> list:
+    """The plain classes of this module the receiver of ``op`` is an instance of, by evidence:
+    its binding (``net = Sequential([MyLinear(2, 50), MyReLU()])``; in a notebook the binding
+    above the call, so a later ``net = nn.Sequential(...)`` cell does not count), or, for the
+    variable of a loop over a list attribute (``for layer in reversed(self.layers)``), the
+    items of that list. Empty when any of them is not such an instance. Such an object is not
+    a model, and its ``forward``/``backward``/``step`` are its own methods: a hand-written
+    NumPy network."""
+    path = op.recv
+    if not path or "(" in path or "[" in path:
+        return []
+    loop = op.loop
+    while loop is not None:
+        if not loop.is_while and isinstance(loop.target, cst.Name) and loop.target.value == path:
+            it = loop.iter
+            if isinstance(it, cst.Call) and dotted(it.func) == "reversed" and it.args:
+                it = it.args[0].value
+            src = dotted(it) if it is not None else None
+            items = _element_values(mm, fn, resolver, src) if src and src.startswith("self.") else None
+            classes = [_plain_local_class(mm, e) for e in items or ()]
+            return classes if items and all(classes) else []
+        loop = loop.parent
+    cls = _plain_local_class(mm, _binding(mm, fn, resolver, path, op.node))
+    return [cls] if cls is not None else []
+
+
+def _plain_object_method(mm, fn, resolver: RoleResolver, op: CallOp):
+    """For ``obj.name(...)`` on instances of plain classes of this module that all define (or
+    inherit from a plain class) ``name``: that method (``None`` when they are several classes),
+    or ``False`` when ``obj`` is not known to be such an instance."""
+    classes = plain_instance_classes(mm, fn, resolver, op)
+    if not classes:
+        return False
+    methods = [mm._method_of(c, op.attr) for c in classes]
+    if not all(isinstance(m, FunctionModel) for m in methods):
+        return False
+    return methods[0] if all(m is methods[0] for m in methods) else None
+
+
 def classify(mm, fn, resolver: RoleResolver) -> None:
     """Label the calls of ``fn`` that are training events (none in a module of another
     framework: MXNet's ``loss.backward()`` and ``trainer.step()`` are not PyTorch's)."""
@@ -1722,6 +1823,13 @@ def classify(mm, fn, resolver: RoleResolver) -> None:
             op.kind, op.target, op.info = BACKWARD, None, catalog.DIST_AUTOGRAD
         elif q == "torch.autograd.grad":
             op.kind = AUTOGRAD_GRAD
+        elif attr in ("backward", "forward") and op.recv not in (None, "self") \
+                and _plain_object_method(mm, fn, resolver, op) is not False:
+            # ``net.backward()`` on an instance of a plain class of this module that defines its
+            # own ``backward`` (a from-scratch NumPy network): a call of that method
+            m = _plain_object_method(mm, fn, resolver, op)
+            if m is not None:
+                op.kind, op.info = CALL, m
         elif attr in ("backward", "manual_backward") and not (
                 op.recv == "self" and attr == "backward" and _own_method(mm, fn, op)):
             op.kind, op.target = BACKWARD, op.recv
