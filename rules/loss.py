@@ -9,7 +9,7 @@ import libcst as cst
 from torchlint.model import catalog
 from torchlint.model.binder import dotted
 from torchlint.model.dataflow import loss_kind
-from torchlint.model.ir import GRAD_OFF, LOSS, AssignOp, CallOp, LoopOp, all_ops
+from torchlint.model.ir import FORWARD, GRAD_OFF, LOSS, AssignOp, CallOp, LoopOp, all_ops
 from torchlint.rule import Report, Rule
 
 from . import register
@@ -37,16 +37,26 @@ def _arg_facts(op: CallOp, pos: int, keyword: str) -> tuple:
     return None, frozenset()
 
 
-def _losses(mm, kinds):
+def _losses(mm, kinds, loss_modules: bool = False):
+    """(function, call, kind) of the loss calls of ``kinds``; with ``loss_modules``, also the
+    calls of a user loss module whose ``forward`` applies such a loss to its first input."""
     for fn in mm.all_functions:
         for op in all_ops(fn):
             if isinstance(op, CallOp) and op.kind == LOSS:
                 k = loss_kind(mm, fn, op)
                 if k in kinds:
                     yield fn, op, k
+            elif loss_modules and isinstance(op, CallOp) and op.kind == FORWARD:
+                k = mm.forward_loss_kind(fn, op)
+                if k in kinds:
+                    yield fn, op, k
 
 
 def _loss_name(op, kind) -> str:
+    if op.kind == FORWARD:  # a user loss module
+        inner = {catalog.CE: "cross-entropy", catalog.NLL: "NLL",
+                 catalog.BCE_LOGITS: "BCE-with-logits"}.get(kind, "a")
+        return f"`{op.func}()` (its `forward` applies {inner} loss to this input)"
     if op.qual and op.qual.startswith("torch.nn.functional."):
         return f"`{op.qual.rsplit('.', 1)[-1]}`"
     return {catalog.CE: "`CrossEntropyLoss`", catalog.NLL: "`NLLLoss`",
@@ -137,7 +147,7 @@ probs = F.softmax(logits.detach(), dim=1)  # for metrics, if needed
     triggers = (b"oftmax",)
 
     def check(self, mm):
-        for fn, op, kind in _losses(mm, (catalog.CE,)):
+        for fn, op, kind in _losses(mm, (catalog.CE,), loss_modules=True):
             arg, f = _arg_facts(op, 0, "input")
             if arg is None or "probs" not in f or "detached" in f or "logprobs" in f:
                 continue
@@ -172,7 +182,8 @@ loss = nn.BCEWithLogitsLoss()(logits, y)
                       "by `forward`) is followed within the linted tree only. A `forward` that "
                       "applies it only under a test of one of its parameters (`if apply_sigmoid:`) "
                       "returns sigmoid outputs only to the calls that pass a true literal (or rely "
-                      "on a true default).")
+                      "on a true default). A loss module of the linted tree whose `forward` passes its "
+                      "first input to `binary_cross_entropy_with_logits` (a focal loss) is such a loss too.")
     fix_safety = "safe"
     fix_doc = ("Removes the sigmoid call that feeds the loss, inline or in the assignment of the "
                "name passed to the loss. Safe when the sigmoid outputs have no other use; unsafe "
@@ -182,7 +193,7 @@ loss = nn.BCEWithLogitsLoss()(logits, y)
     triggers = (b"igmoid", b"expit")
 
     def check(self, mm):
-        for fn, op, kind in _losses(mm, (catalog.BCE_LOGITS,)):
+        for fn, op, kind in _losses(mm, (catalog.BCE_LOGITS,), loss_modules=True):
             arg, f = _arg_facts(op, 0, "input")
             if arg is None or "sigmoid" not in f or "detached" in f:
                 continue

@@ -457,8 +457,9 @@ class ProjectIndex:
             facts = self.classes.get(key) or {}
             if aspect is Aspect.CLASS:  # is it an nn.Module
                 v = ["module"] if facts.get("is_module") else None
-            elif aspect is Aspect.FWD:  # what its forward returns
-                v = sorted(facts.get("forward") or ()) or None
+            elif aspect is Aspect.FWD:  # what its forward returns (a loss module: what it takes)
+                v = sorted(facts.get("forward") or ()) + (
+                    ["loss-input:" + facts["loss_input"]] if facts.get("loss_input") else []) or None
             elif aspect is Aspect.ITERABLE:
                 v = ["iterable"] if facts.get("iterable_dataset") else None
             elif aspect is Aspect.SHUFFLES:

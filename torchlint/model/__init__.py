@@ -796,6 +796,45 @@ class ModuleModel:
             return model_output_facts(self, fn, op.target)
         return self.class_forward_facts(cls)
 
+    def forward_loss_kind(self, fn: FunctionModel, op: CallOp) -> Optional[str]:
+        """The kind of loss (cross-entropy, BCE with logits ...) that the forward of the module
+        ``op`` runs applies to its first input: a user loss module (``FocalLoss()(pred, y)``
+        whose ``forward`` calls ``F.binary_cross_entropy_with_logits(inputs, targets)``), of
+        this module or of another module of the tree; else ``None``."""
+        info = op.info
+        cls = self.classes.get(info) if isinstance(info, str) else None
+        qual = None
+        if cls is None:
+            role = self.resolver.of_path(fn, op.target or "")
+            if isinstance(role[1], str):
+                cls = self.classes.get(role[1])
+                qual = role[1] if cls is None else None
+            elif isinstance(info, str):
+                qual = info
+        if cls is not None:
+            return self.class_loss_input(cls)
+        if not qual or "." not in qual:
+            return None
+        return (self.project.class_facts(qual, Aspect.FWD) or {}).get("loss_input")
+
+    def class_loss_input(self, cls: ClassModel) -> Optional[str]:
+        """The kind of the loss ``cls``'s own ``forward`` applies to its first parameter, as
+        it is (not a transformed copy)."""
+        from .dataflow import loss_kind
+
+        fwd = cls.methods.get("forward")
+        params = [p for p in fwd.params if p not in ("self", "cls")] if fwd is not None else []
+        if not params or params[0].startswith("*"):
+            return None
+        for op in all_ops(fwd):
+            if isinstance(op, CallOp) and op.kind == LOSS:
+                a = op.arg(0, "input")
+                if a is not None and isinstance(a.value, cst.Name) and a.value.value == params[0]:
+                    k = loss_kind(self, fwd, op)
+                    if k in (catalog.CE, catalog.NLL, catalog.BCE, catalog.BCE_LOGITS):
+                        return k
+        return None
+
     def external_forward_facts(self, qual: str) -> frozenset:
         """What the forward of a model class of another tree module returns (its export)."""
         if not qual or "." not in qual:
@@ -1095,6 +1134,9 @@ class ModuleModel:
                     facts["forward"] = sorted(self.class_forward_facts(cls))
                 except RecursionError:
                     facts["forward"] = []
+                kind = self.class_loss_input(cls)
+                if kind:  # a loss module: the loss its forward applies to its first input
+                    facts["loss_input"] = kind
             out[f"{self.module_name}.{cls.qualname}"] = facts
         return out
 
