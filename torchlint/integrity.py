@@ -215,7 +215,7 @@ _SUMMARY_TYPES = {"name": str, "qualname": str, "path": str, "line": int, "param
                   "grad": str}
 _CLASS_TYPES = {"is_module": bool, "bases": list, "methods": list, "mode_sensitive": bool, "mode_layers": bool, "forward": list,
                 "iterable_dataset": bool, "plain": bool, "mode_free_if": dict, "shuffles": list,
-                "on_device": bool, "loss_input": str}
+                "on_device": bool, "loss_input": str, "forward_items": list}
 
 
 def _nat(x) -> bool:

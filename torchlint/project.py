@@ -459,7 +459,8 @@ class ProjectIndex:
                 v = ["module"] if facts.get("is_module") else None
             elif aspect is Aspect.FWD:  # what its forward returns (a loss module: what it takes)
                 v = sorted(facts.get("forward") or ()) + (
-                    ["loss-input:" + facts["loss_input"]] if facts.get("loss_input") else []) or None
+                    ["loss-input:" + facts["loss_input"]] if facts.get("loss_input") else []) + [
+                    "item:" + ",".join(i) for i in facts.get("forward_items") or ()] or None
             elif aspect is Aspect.ITERABLE:
                 v = ["iterable"] if facts.get("iterable_dataset") else None
             elif aspect is Aspect.SHUFFLES:

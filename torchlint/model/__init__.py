@@ -835,6 +835,41 @@ class ModuleModel:
                         return k
         return None
 
+    _ACTIVATIONS = ("probs", "sigmoid", "logprobs", "logits")
+
+    def forward_item_facts(self, fn: FunctionModel, op: CallOp) -> Optional[tuple]:
+        """What each item of the tuple a model's ``forward`` returns is (``return
+        torch.sigmoid(x), feature_map``: sigmoid outputs, then nothing known), for the model
+        of ``op``, a class of this module or of another module of the tree; else ``None``."""
+        info = op.info
+        cls = self.classes.get(info) if isinstance(info, str) else None
+        qual = None
+        if cls is None:
+            role = self.resolver.of_path(fn, op.target or "")
+            if isinstance(role[1], str):
+                cls = self.classes.get(role[1])
+                qual = role[1] if cls is None else None
+            elif isinstance(info, str):
+                qual = info
+        if cls is not None:
+            return self.class_forward_item_facts(cls)
+        if not qual or "." not in qual:
+            return None
+        items = (self.project.class_facts(qual, Aspect.FWD) or {}).get("forward_items")
+        return tuple(frozenset(i) for i in items) if items else None
+
+    def class_forward_item_facts(self, cls: ClassModel) -> Optional[tuple]:
+        """Per item, the activation facts of the tuple ``cls``'s own ``forward`` returns on
+        every path (``None`` when it returns no tuple, or none of its items is known)."""
+        fwd = cls.methods.get("forward")
+        if fwd is None:
+            return None
+        items = self.return_item_facts(fwd)
+        if not items:
+            return None
+        out = tuple(frozenset(f for f in i if f in self._ACTIVATIONS) for i in items)
+        return out if any(out) else None
+
     def external_forward_facts(self, qual: str) -> frozenset:
         """What the forward of a model class of another tree module returns (its export)."""
         if not qual or "." not in qual:
@@ -1134,6 +1169,9 @@ class ModuleModel:
                     facts["forward"] = sorted(self.class_forward_facts(cls))
                 except RecursionError:
                     facts["forward"] = []
+                items = self.class_forward_item_facts(cls)
+                if items:  # a forward that returns a tuple: what each item is
+                    facts["forward_items"] = [sorted(i) for i in items]
                 kind = self.class_loss_input(cls)
                 if kind:  # a loss module: the loss its forward applies to its first input
                     facts["loss_input"] = kind

@@ -744,9 +744,12 @@ class Dataflow:
                 # ``output, loss = train(x, y)`` where ``train`` returns ``output, loss.item()``:
                 # an item loses what the whole value carries only through another item
                 elem = vf - {"loss"} if "batch" not in vf else frozenset({"batch"} | (vf & {"moved"}))
+                cop = self.call_ops.get(id(value))
+                fwd = cop is not None and cop.kind == FORWARD  # a model's items: what its forward says
                 for te, f in zip(elts, items):
-                    # ``X, Y = build_dataset(words)``: only ``Y`` holds the class indices
-                    self._bind(te, None, (elem - (_ITEM_ONLY - f)) | (f & {"indices"}), env)
+                    # ``X, Y = build_dataset(words)``: only ``Y`` holds the class indices; a model's
+                    # ``pred, depth = model(x)``: each item what its forward says
+                    self._bind(te, None, (elem - (_ITEM_ONLY - f)) | (f & {"indices"}) | (f if fwd else EMPTY), env)
             else:
                 elem = vf - {"loss"} if "batch" not in vf else frozenset({"batch"} | (vf & {"moved"}))
                 for i, te in enumerate(elts):
@@ -767,6 +770,12 @@ class Dataflow:
         """The facts of each item of the tuple a call of a tree function returns, when every
         ``return`` of it is a tuple of ``n`` items."""
         op = self.call_ops.get(id(value))
+        if op is not None and op.kind == FORWARD:
+            # ``pred, feature_map = model(x)``: what each item of the tuple its forward returns is
+            items = self.mm.forward_item_facts(self.fn, op)
+            if items is None or len(items) != n:
+                return None
+            return tuple(frozenset({"graph", "model_out"}) | i for i in items)
         if op is None or op.kind != CALL:
             return None
         items = self.mm.call_result_item_facts(self.fn, op, [self.facts(a.value, env) for a in value.args])
