@@ -488,6 +488,9 @@ class Binder:
         arms.append(self._collect(lambda: self._suite(node.body)))
         leaves = [_leaves(node.body)]
         orelse = node.orelse
+        if isinstance(node.test, cst.Name) and node.test.value == "True":
+            orelse = None  # ``if True: ... else: ...``: the other arms never run (code switched off)
+            br.exhaustive = True
         if orelse is not None:
             self._guards = saved + ((br, 1),)
             if isinstance(orelse, cst.If):

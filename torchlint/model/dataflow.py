@@ -415,8 +415,16 @@ def flag_conditioned(mm, fn, facts: frozenset) -> frozenset:
         else len(params)
     flags = []
     for op in all_ops(fn):
-        if isinstance(op, BranchOp) and op.test is not None:
-            t = flag_test(op.test)
+        tests = [op.test] if isinstance(op, BranchOp) and op.test is not None else []
+        value = getattr(op, "value", None) if isinstance(op, (AssignOp, ReturnOp)) else None
+        stack = [value] if value is not None else []
+        while stack:  # ``x = F.softmax(x, dim=1) if softmax else x``
+            e = stack.pop()
+            if isinstance(e, cst.IfExp):
+                tests.append(e.test)
+            stack.extend(code_children(e))
+        for test in tests:
+            t = flag_test(test)
             if t and t[0] in params and t[0] not in ("self", "cls") and t[0] not in flags:
                 flags.append(t[0])
     out = facts
@@ -844,6 +852,9 @@ class Dataflow:
             # ``[t for t in targets]``: the items of the iterable, as they are
             return self.facts(e.for_in.iter, env) & _DATA_FACTS
         if tp is cst.IfExp:
+            t = flag_test(e.test) if self.assume is not None else None
+            if t is not None and t[0] in self.assume:  # ``F.softmax(x) if softmax else x``, assumed
+                return self.facts(e.body if self.assume[t[0]] != t[1] else e.orelse, env)
             return self.facts(e.body, env) | self.facts(e.orelse, env)
         return EMPTY
 
