@@ -134,9 +134,11 @@ probs = F.softmax(logits.detach(), dim=1)  # for metrics, if needed
     known_problems = ("A softmax inside the model is followed through `nn.Sequential`, the "
                       "model's `forward` and factory functions of the linted tree; models from "
                       "other libraries are not inspected. A `forward` that applies the softmax "
-                      "only under a test of one of its parameters (`if apply_softmax:`) returns "
-                      "probabilities only to the calls that pass a true literal (or rely on a "
-                      "true default); a call passing a variable is not reported.")
+                      "only under a test of one of its parameters (`if apply_softmax:`, or "
+                      "`F.softmax(x) if softmax else x`) returns probabilities only to the calls "
+                      "that pass a true literal (or rely on a true default); a call passing a "
+                      "variable is not reported. A loss module of the linted tree whose `forward` "
+                      "passes its first input to `cross_entropy` is such a loss too.")
     fix_safety = "safe"
     fix_doc = ("Removes the softmax call that feeds the loss (`F.cross_entropy(F.softmax(z, 1), y)` "
                "-> `F.cross_entropy(z, y)`, or the `F.softmax(...)` that produces the name passed "
