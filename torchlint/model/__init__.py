@@ -777,17 +777,24 @@ class ModuleModel:
                 out = out | model_output_facts(self, fn, dotted(v))
         return out
 
-    def _forward_output_facts(self, fn: FunctionModel, op: CallOp) -> frozenset:
+    def _called_module_class(self, fn: FunctionModel, op: CallOp) -> tuple:
+        """The class of the module ``op`` calls, as ``(cls, None)`` for a class of this module,
+        ``(None, qualified name)`` for a class known only by name (another module of the tree,
+        a library), or ``(None, None)`` when nothing says."""
         info = op.info
         cls = self.classes.get(info) if isinstance(info, str) else None
-        if cls is None:
-            role = self.resolver.of_path(fn, op.target or "")
-            if isinstance(role[1], str):
-                cls = self.classes.get(role[1])
-                if cls is None:
-                    return self.external_forward_facts(role[1])
-            elif isinstance(info, str):
-                return self.external_forward_facts(info)
+        if cls is not None:
+            return cls, None
+        role = self.resolver.of_path(fn, op.target or "")
+        if isinstance(role[1], str):
+            cls = self.classes.get(role[1])
+            return (cls, None) if cls is not None else (None, role[1])
+        return None, info if isinstance(info, str) else None
+
+    def _forward_output_facts(self, fn: FunctionModel, op: CallOp) -> frozenset:
+        cls, qual = self._called_module_class(fn, op)
+        if qual is not None:
+            return self.external_forward_facts(qual)
         if cls is None:
             # a model built here from layers (nn.Sequential(..., nn.Softmax())), by a factory
             # function, or passed in by the callers of ``fn``
@@ -801,16 +808,7 @@ class ModuleModel:
         ``op`` runs applies to its first input: a user loss module (``FocalLoss()(pred, y)``
         whose ``forward`` calls ``F.binary_cross_entropy_with_logits(inputs, targets)``), of
         this module or of another module of the tree; else ``None``."""
-        info = op.info
-        cls = self.classes.get(info) if isinstance(info, str) else None
-        qual = None
-        if cls is None:
-            role = self.resolver.of_path(fn, op.target or "")
-            if isinstance(role[1], str):
-                cls = self.classes.get(role[1])
-                qual = role[1] if cls is None else None
-            elif isinstance(info, str):
-                qual = info
+        cls, qual = self._called_module_class(fn, op)
         if cls is not None:
             return self.class_loss_input(cls)
         if not qual or "." not in qual:
@@ -841,16 +839,7 @@ class ModuleModel:
         """What each item of the tuple a model's ``forward`` returns is (``return
         torch.sigmoid(x), feature_map``: sigmoid outputs, then nothing known), for the model
         of ``op``, a class of this module or of another module of the tree; else ``None``."""
-        info = op.info
-        cls = self.classes.get(info) if isinstance(info, str) else None
-        qual = None
-        if cls is None:
-            role = self.resolver.of_path(fn, op.target or "")
-            if isinstance(role[1], str):
-                cls = self.classes.get(role[1])
-                qual = role[1] if cls is None else None
-            elif isinstance(info, str):
-                qual = info
+        cls, qual = self._called_module_class(fn, op)
         if cls is not None:
             return self.class_forward_item_facts(cls)
         if not qual or "." not in qual:
