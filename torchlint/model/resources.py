@@ -157,6 +157,14 @@ def _string_value(e) -> Optional[str]:
     return None
 
 
+def _wraps_same_loader(value, path: str) -> bool:
+    """``value`` rebinds the loader ``path`` to itself, wrapped for distributed or mixed
+    precision training (``model, opt, train_dl = accelerator.prepare(model, opt, train_dl)``,
+    ``fabric.setup_dataloaders(train_dl)``): the batches are still the loader's."""
+    return isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) \
+        and value.func.attr.value in PREPARE_METHODS and any(dotted(a.value) == path for a in value.args)
+
+
 def _train_loader_argument(op, path: str) -> bool:
     """``op`` hands the loader ``path`` to a trainer as the data it trains on: the train loader
     of a ``fit`` (``trainer.fit(model, loader)``, ``trainer.fit(model, train_dataloaders=loader)``)
@@ -1231,7 +1239,8 @@ class Resources:
         end = len(pos)
         for r in defs:
             k = pos.get(id(r))
-            if r is not bind and k is not None and b < k < end and r.loop is None and not r.guards:
+            if r is not bind and k is not None and b < k < end and r.loop is None and not r.guards \
+                    and not _wraps_same_loader(getattr(r, "value", None), path):
                 end = k
         return b, end
 
