@@ -698,6 +698,13 @@ class Dataflow:
         gen = self.mm.function_named(self.fn, call.func.value)
         if not isinstance(gen, FunctionModel) or gen is self.fn or gen.is_module_level:
             return None
+        # what a generator yields depends on it alone: walk its loop bodies once per module
+        cache = self.mm.__dict__.setdefault("_generator_batches", {})
+        if id(gen) not in cache:
+            cache[id(gen)] = (gen, self._scan_generator(gen))
+        return cache[id(gen)][1]
+
+    def _scan_generator(self, gen) -> Optional[frozenset]:
         for op in all_ops(gen):
             if not (isinstance(op, LoopOp) and isinstance(op.node, cst.For) and _yields(op.node.body)):
                 continue
