@@ -260,6 +260,7 @@ class ModuleModel:
         self._class_is_module: dict = {}
         self._forward_facts: dict = {}
         self._return_facts: dict = {}
+        self._generator_batches: dict = {}  # id(generator function) -> (it, what its loops yield)
         self._lines = None
         self._def_index = None
         for fn in self.all_functions:

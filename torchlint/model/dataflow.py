@@ -699,7 +699,7 @@ class Dataflow:
         if not isinstance(gen, FunctionModel) or gen is self.fn or gen.is_module_level:
             return None
         # what a generator yields depends on it alone: walk its loop bodies once per module
-        cache = self.mm.__dict__.setdefault("_generator_batches", {})
+        cache = self.mm._generator_batches
         if id(gen) not in cache:
             cache[id(gen)] = (gen, self._scan_generator(gen))
         return cache[id(gen)][1]
