@@ -22,7 +22,7 @@ def test_manifest_batches_are_split_by_their_own_rules():
     _, bugs = hist.load_manifest(hist.DEFAULT_MANIFEST)
     with open(hist.DEFAULT_MANIFEST, "rb") as fh:
         header = tomllib.load(fh)
-    assert hist.batch_rules(header) == {1: "sha1", 2: "none", 3: "all"}
+    assert hist.batch_rules(header) == {1: "sha1", 2: "none", 3: "none"}
     assert all(len(b["buggy"]) == 40 and len(b["fixed"]) == 40 for b in bugs)
     first = [b for b in bugs if b["batch"] == 1]
     second = [b for b in bugs if b["batch"] == 2]
@@ -41,10 +41,10 @@ def test_manifest_batches_are_split_by_their_own_rules():
     with open(os.path.join(ROOT, "benchmarks", "realworld", "manifest.toml"), "rb") as fh:
         realworld = {e["repo"] for e in tomllib.load(fh)["repo"]}
     assert not {b["repo"] for b in second} & realworld
-    # batch 3: a fresh batch, held out whole, from repositories that no earlier batch and no
-    # real-world batch has
-    assert len(third) == 24 and {b["part"] for b in third} == {"heldout"}
-    assert "every entry held-out" in header["batch3_heldout_rule"]
+    # batch 3: from repositories that no earlier batch and no real-world batch has; held out
+    # whole, scored once (its rule keeps the score), then tuned on
+    assert len(third) == 24 and {b["part"] for b in third} == {"tuned"}
+    assert "fa18173" in header["batch3_heldout_rule"] and "6/24" in header["batch3_heldout_rule"]
     assert not {b["repo"].lower() for b in third} & {b["repo"].lower() for b in first + second}
     assert not {b["repo"].lower() for b in third} & {r.lower() for r in realworld}
     assert len({b["id"] for b in bugs}) == len(bugs)
