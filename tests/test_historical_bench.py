@@ -22,12 +22,13 @@ def test_manifest_batches_are_split_by_their_own_rules():
     _, bugs = hist.load_manifest(hist.DEFAULT_MANIFEST)
     with open(hist.DEFAULT_MANIFEST, "rb") as fh:
         header = tomllib.load(fh)
-    assert hist.batch_rules(header) == {1: "sha1", 2: "none", 3: "none"}
+    assert hist.batch_rules(header) == {1: "sha1", 2: "none", 3: "none", 4: "all"}
     assert all(len(b["buggy"]) == 40 and len(b["fixed"]) == 40 for b in bugs)
     first = [b for b in bugs if b["batch"] == 1]
     second = [b for b in bugs if b["batch"] == 2]
     third = [b for b in bugs if b["batch"] == 3]
-    assert len(bugs) == len(first) + len(second) + len(third)
+    fourth = [b for b in bugs if b["batch"] == 4]
+    assert len(bugs) == len(first) + len(second) + len(third) + len(fourth)
     # batch 1 keeps the sha1 split it had before batch 2 was added: 45 entries, 7 held out
     assert len(first) == 45
     assert [b["id"] for b in first if b["part"] == "heldout"] == \
@@ -47,6 +48,12 @@ def test_manifest_batches_are_split_by_their_own_rules():
     assert "fa18173" in header["batch3_heldout_rule"] and "6/24" in header["batch3_heldout_rule"]
     assert not {b["repo"].lower() for b in third} & {b["repo"].lower() for b in first + second}
     assert not {b["repo"].lower() for b in third} & {r.lower() for r in realworld}
+    # batch 4: a fresh batch, held out whole, from repositories that no earlier batch and no
+    # real-world batch has
+    assert len(fourth) == 23 and {b["part"] for b in fourth} == {"heldout"}
+    assert "every entry held-out" in header["batch4_heldout_rule"]
+    assert not {b["repo"].lower() for b in fourth} & {b["repo"].lower() for b in first + second + third}
+    assert not {b["repo"].lower() for b in fourth} & {r.lower() for r in realworld}
     assert len({b["id"] for b in bugs}) == len(bugs)
 
 
