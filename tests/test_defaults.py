@@ -29,6 +29,11 @@ def test_preview_rules_run_only_when_selected_by_code():
     # TL201 was a default rule for one session and is preview again: precise on the tuned part,
     # not on the held-out batches (its preview_reason gives the numbers)
     assert "TL201" in preview and "TL201" not in enabled_codes(["TL2"], [], [])
+    # TL601 and TL204 found no real bug on the held-out batches as first scored: preview since the
+    # sixteenth session, still run when selected by code
+    for code in ("TL601", "TL204"):
+        assert code in preview and code not in enabled_codes(["TL"], [], [])
+        assert code in enabled_codes(["TL"], [], [code])
 
 
 def test_rules_listing_and_rule_page_mark_preview_rules():

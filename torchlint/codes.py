@@ -49,4 +49,4 @@ CODES = {
 }
 
 # rules off by default (preview): selected only by their full code
-PREVIEW = frozenset({"TL104", "TL107", "TL108", "TL109", "TL201", "TL202", "TL205", "TL206", "TL303", "TL304", "TL405", "TL603", "TL604"})
+PREVIEW = frozenset({"TL104", "TL107", "TL108", "TL109", "TL201", "TL202", "TL204", "TL205", "TL206", "TL303", "TL304", "TL405", "TL601", "TL603", "TL604"})
