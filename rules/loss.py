@@ -9,7 +9,7 @@ import libcst as cst
 from torchlint.model import catalog
 from torchlint.model.binder import dotted
 from torchlint.model.dataflow import loss_kind
-from torchlint.model.ir import FORWARD, GRAD_OFF, LOSS, AssignOp, CallOp, LoopOp, all_ops
+from torchlint.model.ir import CALL, FORWARD, GRAD_OFF, LOSS, AssignOp, CallOp, LoopOp, all_ops
 from torchlint.rule import Report, Rule
 
 from . import register
@@ -52,7 +52,30 @@ def _losses(mm, kinds, loss_modules: bool = False):
                     yield fn, op, k
 
 
-def _loss_name(op, kind) -> str:
+def _loss_inputs(mm, kinds):
+    """(function, call, kind, input argument, its facts, helper) of the loss calls of ``kinds``,
+    of the calls of a user loss module whose ``forward`` applies such a loss to its first input,
+    and of the calls of a helper function of the module that passes one of its parameters to
+    such a loss (``helper`` is then that parameter's name)."""
+    for fn, op, k in _losses(mm, kinds, loss_modules=True):
+        arg, f = _arg_facts(op, 0, "input")
+        if arg is not None:
+            yield fn, op, k, arg, f, None
+    for fn in mm.all_functions:
+        for op in all_ops(fn):
+            if isinstance(op, CallOp) and op.kind == CALL:
+                for index, name, k in mm.helper_losses(fn, op):
+                    if k in kinds:
+                        arg, f = _arg_facts(op, index, name)
+                        if arg is not None:
+                            yield fn, op, k, arg, f, name
+
+
+def _loss_name(op, kind, helper=None) -> str:
+    if helper is not None:
+        inner = {catalog.CE: "`cross_entropy`", catalog.BCE_LOGITS: "`binary_cross_entropy_with_logits`"
+                 }.get(kind, "a loss")
+        return f"`{op.func}()` (its `{helper}` goes to {inner})"
     if op.kind == FORWARD:  # a user loss module
         inner = {catalog.CE: "cross-entropy", catalog.NLL: "NLL",
                  catalog.BCE_LOGITS: "BCE-with-logits"}.get(kind, "a")
@@ -138,7 +161,11 @@ probs = F.softmax(logits.detach(), dim=1)  # for metrics, if needed
                       "`F.softmax(x) if softmax else x`) returns probabilities only to the calls "
                       "that pass a true literal (or rely on a true default); a call passing a "
                       "variable is not reported. A loss module of the linted tree whose `forward` "
-                      "passes its first input to `cross_entropy` is such a loss too.")
+                      "passes its first input to `cross_entropy` is such a loss too, and so is a call of "
+                      "a helper function or method of the module that passes one of its "
+                      "parameters to `cross_entropy` (`self._loss_fn(y_pred, y)`); when the helper "
+                      "does so only under a test (`if self.method == 'multiclass':`), the "
+                      "probabilities must come from a helper returning them under the same test.")
     fix_safety = "safe"
     fix_doc = ("Removes the softmax call that feeds the loss (`F.cross_entropy(F.softmax(z, 1), y)` "
                "-> `F.cross_entropy(z, y)`, or the `F.softmax(...)` that produces the name passed "
@@ -149,11 +176,10 @@ probs = F.softmax(logits.detach(), dim=1)  # for metrics, if needed
     triggers = (b"oftmax",)
 
     def check(self, mm):
-        for fn, op, kind in _losses(mm, (catalog.CE,), loss_modules=True):
-            arg, f = _arg_facts(op, 0, "input")
-            if arg is None or "probs" not in f or "detached" in f or "logprobs" in f:
+        for fn, op, kind, arg, f, helper in _loss_inputs(mm, (catalog.CE,)):
+            if "probs" not in f or "detached" in f or "logprobs" in f:
                 continue
-            yield Report(op.node, f"{_loss_name(op, kind)} applies log-softmax itself but receives "
+            yield Report(op.node, f"{_loss_name(op, kind, helper)} applies log-softmax itself but receives "
                          f"probabilities (a softmax output){_from(mm, fn, arg)}; pass the logits",
                          fix=_drop_activation_fix(fn, op, arg, catalog.SOFTMAX_FUNCS, "softmax", "softmax"),
                          scope=fn.qualname)
@@ -185,7 +211,10 @@ loss = nn.BCEWithLogitsLoss()(logits, y)
                       "applies it only under a test of one of its parameters (`if apply_sigmoid:`) "
                       "returns sigmoid outputs only to the calls that pass a true literal (or rely "
                       "on a true default). A loss module of the linted tree whose `forward` passes its "
-                      "first input to `binary_cross_entropy_with_logits` (a focal loss) is such a loss too.")
+                      "first input to `binary_cross_entropy_with_logits` (a focal loss) is such a loss too, "
+                      "and so is a helper method of the module that passes one of its parameters to "
+                      "it (`def loss(self, logits, labels): return self.loss_func(logits, labels)` "
+                      "with `self.loss_func = F.binary_cross_entropy_with_logits`).")
     fix_safety = "safe"
     fix_doc = ("Removes the sigmoid call that feeds the loss, inline or in the assignment of the "
                "name passed to the loss. Safe when the sigmoid outputs have no other use; unsafe "
@@ -195,11 +224,10 @@ loss = nn.BCEWithLogitsLoss()(logits, y)
     triggers = (b"igmoid", b"expit")
 
     def check(self, mm):
-        for fn, op, kind in _losses(mm, (catalog.BCE_LOGITS,), loss_modules=True):
-            arg, f = _arg_facts(op, 0, "input")
-            if arg is None or "sigmoid" not in f or "detached" in f:
+        for fn, op, kind, arg, f, helper in _loss_inputs(mm, (catalog.BCE_LOGITS,)):
+            if "sigmoid" not in f or "detached" in f:
                 continue
-            yield Report(op.node, f"{_loss_name(op, kind)} applies the sigmoid itself but receives "
+            yield Report(op.node, f"{_loss_name(op, kind, helper)} applies the sigmoid itself but receives "
                          f"sigmoid outputs{_from(mm, fn, arg)}; pass the logits (or use `BCELoss` on "
                          "probabilities)",
                          fix=_drop_activation_fix(fn, op, arg, catalog.SIGMOID_FUNCS, "sigmoid", "sigmoid"),

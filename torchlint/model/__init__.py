@@ -260,6 +260,7 @@ class ModuleModel:
         self._class_is_module: dict = {}
         self._forward_facts: dict = {}
         self._return_facts: dict = {}
+        self._loss_params: dict = {}  # id(function) -> its parameters passed to a loss (loss_params)
         self._generator_batches: dict = {}  # id(generator function) -> (it, what its loops yield)
         self._lines = None
         self._def_index = None
@@ -833,6 +834,95 @@ class ModuleModel:
                     if k in (catalog.CE, catalog.NLL, catalog.BCE, catalog.BCE_LOGITS):
                         return k
         return None
+
+    def loss_params(self, fn: FunctionModel) -> tuple:
+        """``(param, index, kind, guards)`` for each loss call of ``fn`` (a helper of this
+        module: ``def _loss_fn(self, y_pred, y_true): return F.cross_entropy(y_pred, y_true)``)
+        whose input is one of ``fn``'s parameters as it was passed (never rebound in ``fn``):
+        ``index`` is the parameter's position at a call (``self`` left out), ``kind`` the
+        loss's (cross-entropy, NLL, BCE, BCE with logits) and ``guards`` the tests (their
+        code and arm) the loss call runs under."""
+        r = self._loss_params.get(id(fn))
+        if r is not None:
+            return r
+        from .dataflow import loss_kind
+
+        params = list(fn.params)
+        if fn.cls is not None and params and params[0] in ("self", "cls"):
+            params = params[1:]
+        out = []
+        rebound = set()
+        for op in all_ops(fn):
+            if isinstance(op, AssignOp):
+                for t in op.targets:
+                    for e in (t.elements if isinstance(t, (cst.Tuple, cst.List)) else (t,)):
+                        e = getattr(e, "value", e)
+                        if isinstance(e, cst.Name):
+                            rebound.add(e.value)
+        for op in all_ops(fn):
+            if not (isinstance(op, CallOp) and op.kind == LOSS):
+                continue
+            a = op.arg(0, "input")
+            if a is None or not isinstance(a.value, cst.Name):
+                continue
+            name = a.value.value
+            if name not in params or name.startswith("*") or name in rebound:
+                continue
+            k = loss_kind(self, fn, op)
+            if k in (catalog.CE, catalog.NLL, catalog.BCE, catalog.BCE_LOGITS):
+                out.append((name, params.index(name), k, self._guard_keys(op)))
+        r = self._loss_params[id(fn)] = tuple(out)
+        return r
+
+    def _guard_keys(self, op) -> frozenset:
+        """The tests ``op`` runs under, as (code with one kind of quotes, arm) pairs."""
+        keys = set()
+        for br, arm in op.guards:
+            if isinstance(br, BranchOp) and br.test is not None:
+                keys.add((self.code_for(br.test).replace('"', "'").replace(" ", ""), arm))
+        return frozenset(keys)
+
+    def helper_losses(self, fn: FunctionModel, op: CallOp) -> Iterator[tuple]:
+        """``(index, param, kind)`` for each argument that a call of a helper of this module
+        passes on to a loss (see :meth:`loss_params`), when the value passed reaches that loss:
+        the loss runs on every call of the helper, or under a test of the helper that is
+        also the test under which the function which made the value returned it
+        (``if self.method == 'multiclass': return F.softmax(x, 1)`` in one method,
+        ``if self.method == 'multiclass': return F.cross_entropy(y_pred, y)`` in another)."""
+        target = op.info
+        if op.kind != CALL or not isinstance(target, FunctionModel) or target.is_module_level:
+            return
+        for name, index, kind, guards in self.loss_params(target):
+            a = op.arg(index, name)
+            if a is None:
+                continue
+            if guards and not (guards & self._producer_guards(fn, a.value)):
+                continue
+            yield index, name, kind
+
+    def _producer_guards(self, fn: FunctionModel, expr) -> frozenset:
+        """The tests under which the function of this module whose return value ``expr`` is
+        (a call, or a name last assigned from one) returns a value with an activation fact."""
+        call = expr
+        if isinstance(expr, cst.Name):
+            call = None
+            use = self.line_of(expr)
+            for o in all_ops(fn):
+                if isinstance(o, AssignOp) and o.aug is None and isinstance(o.value, cst.Call) \
+                        and any(isinstance(t, cst.Name) and t.value == expr.value for t in o.targets) \
+                        and self.line_of(o.value) <= use:
+                    call = o.value
+        if not isinstance(call, cst.Call):
+            return frozenset()
+        cop = next((o for o in all_ops(fn) if isinstance(o, CallOp) and o.node is call), None)
+        producer = cop.info if cop is not None and cop.kind == CALL else None
+        if not isinstance(producer, FunctionModel):
+            return frozenset()
+        out = set()
+        for r in all_ops(producer):
+            if isinstance(r, ReturnOp) and r.value_facts & {"probs", "sigmoid", "logprobs"}:
+                out |= self._guard_keys(r)
+        return frozenset(out)
 
     _ACTIVATIONS = ("probs", "sigmoid", "logprobs", "logits")
 

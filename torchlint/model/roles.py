@@ -58,6 +58,10 @@ class RoleResolver:
         if isinstance(expr, (cst.Name, cst.Attribute)):
             d = dotted(expr)
             if d:
+                q = self.mm.qualify(d)
+                kind = catalog.functional_loss_kind(q) if q else None
+                if kind is not None:  # ``self.loss_func = F.binary_cross_entropy_with_logits``
+                    return (catalog.LOSS, kind)
                 return self.of_path(fn, d)
             return (None, None)
         if isinstance(expr, cst.Call):
