@@ -901,6 +901,21 @@ _NEUTRAL_TOPS = frozenset(("collections", "typing", "math", "itertools", "functo
 _EVIDENT_LAYER = re.compile(r"Dropout|BatchNorm|TransformerEncoderLayer|TransformerDecoderLayer|^Transformer$|RReLU")
 
 
+def _list_additions(fn, name: str) -> list:
+    """The values that ``fn`` adds to its local list ``name``: ``name.append(x)``,
+    ``name.insert(i, x)``, ``name.extend([...])``, ``name += [...]``."""
+    out = []
+    for op in all_ops(fn):
+        if isinstance(op, CallOp) and op.recv == name and op.attr in ("append", "extend", "insert"):
+            a = op.arg(1 if op.attr == "insert" else 0)
+            if a is not None:
+                out.append(a.value)
+        elif isinstance(op, AssignOp) and op.aug == "+=" and op.value is not None \
+                and any(isinstance(t, cst.Name) and t.value == name for t in op.targets):
+            out.append(op.value)
+    return out
+
+
 def _any3(values) -> Optional[bool]:
     """``any`` over tri-state answers: True if one is True, else None if one is unknown."""
     out: Optional[bool] = False
@@ -980,7 +995,14 @@ class ModeSensitivity:
         d = self.r.definition(fn, path)
         if d is None:
             return self._returned_layers(fn, path, depth)
-        return self.expr_layers(d[0], d[1], depth + 1)
+        got = self.expr_layers(d[0], d[1], depth + 1)
+        if not got and "." not in path and isinstance(d[1], (cst.List, cst.Tuple)):
+            # ``layers = []`` then ``layers.append(nn.Dropout(p))`` in a loop, and
+            # ``nn.Sequential(*layers)``: the layers the list receives count too
+            added = _list_additions(d[0], path)
+            if added:
+                got = _any3([got] + [self.expr_layers(d[0], e, depth + 1) for e in added])
+        return got
 
     def _returned_layers(self, fn, path: str, depth: int) -> Optional[bool]:
         """``model, result = train_model(...)``: the model a helper of this module returns at
@@ -1571,6 +1593,9 @@ class ModeSensitivity:
                     return self.of_class(self.mm.classes[role[1]])
                 df = self.r.definition(fn, d)
                 if df is not None and df[1] is not e:
+                    if "." not in d and isinstance(df[1], (cst.List, cst.Tuple)) \
+                            and any(self.of_expr(df[0], v, depth + 1) for v in _list_additions(df[0], d)):
+                        return True  # ``layers.append(nn.Dropout(p))``, then ``nn.Sequential(*layers)``
                     return self.of_expr(df[0], df[1], depth + 1)
             return True
         return True
