@@ -1833,6 +1833,37 @@ def _plain_object_method(mm, fn, resolver: RoleResolver, op: CallOp):
     return methods[0] if all(m is methods[0] for m in methods) else None
 
 
+_MODULE_CLASSES = frozenset({"torch.nn.Module", "torch.nn.modules.module.Module"})
+
+
+def not_a_module_here(mm, op, path: str) -> bool:
+    """``op`` runs only where ``path`` is not an ``nn.Module``: in the arm of an
+    ``isinstance(path, nn.Module)`` test that the test fails (d2l's ``evaluate_accuracy``
+    switches Module nets with ``eval()`` and calls a net written as a plain function in its
+    ``else`` arm, ``net(X, is_training=False)``).  A call there is no forward of a model."""
+    for br, arm in op.guards:
+        test = br.test
+        if not isinstance(br.node, cst.If) or test is None:
+            continue
+        negated = isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not)
+        if negated:
+            test = test.expression
+        if arm == (0 if negated else 1) and _isinstance_module_test(mm, test, path):
+            return True
+    return False
+
+
+def _isinstance_module_test(mm, test, path: str) -> bool:
+    """``test`` is ``isinstance(path, nn.Module)`` (or a tuple of classes, all ``nn.Module``)."""
+    if not (isinstance(test, cst.Call) and dotted(test.func) == "isinstance" and len(test.args) == 2):
+        return False
+    if dotted(test.args[0].value) != path:
+        return False
+    classes = test.args[1].value
+    items = [e.value for e in classes.elements] if isinstance(classes, cst.Tuple) else [classes]
+    return bool(items) and all(mm.qualify(dotted(c) or "") in _MODULE_CLASSES for c in items)
+
+
 def classify(mm, fn, resolver: RoleResolver) -> None:
     """Label the calls of ``fn`` that are training events (none in a module of another
     framework: MXNet's ``loss.backward()`` and ``trainer.step()`` are not PyTorch's)."""
@@ -1919,6 +1950,8 @@ def classify(mm, fn, resolver: RoleResolver) -> None:
                 continue
         if op.func is not None:
             role, info = resolver.of_path(fn, op.func)
+            if role == catalog.MODEL and not_a_module_here(mm, op, op.func):
+                continue  # d2l's ``else: net(X, is_training=False)``: a net written as a function
             if role == catalog.MODEL:
                 op.kind, op.target, op.info = FORWARD, op.func, info
                 continue
