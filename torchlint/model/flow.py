@@ -24,7 +24,7 @@ from . import catalog
 from .binder import dotted
 from .ir import (
     AUTOGRAD_GRAD, BACKWARD, CALL, CLEAR, FORWARD, GRAD_OFF, GRAD_ON, MODE, SCHED_STEP, STEP,
-    AssignOp, BranchOp, CallOp, LoopOp, ReturnOp, all_ops, walk,
+    AssignOp, BranchOp, CallOp, JumpOp, LoopOp, ReturnOp, all_ops, walk,
 )
 
 ENTRY = "entry"
@@ -95,6 +95,13 @@ class ModeFlow:
     def run(self) -> "ModeFlow":
         self.final = self._block(self.fn.body, {})
         return self
+
+    def exit_state(self) -> State:
+        """The modes the function may leave its models in: at its end or at any ``return``."""
+        out = self.final
+        for _, st in self.returns.values():
+            out = _join_entry(out, st, self)
+        return out
 
     def _block(self, block, st: State) -> State:
         for op in block:
@@ -245,6 +252,12 @@ class ModeFlow:
             outs = [self._block(arm, st) for arm in op.arms]
             if not op.exhaustive:
                 outs.append(st)
+            # an arm that ends in ``return``/``raise`` reaches nothing after the branch (the
+            # mode restored before ``return`` runs no later forward here; the callers see it
+            # through ``exit_state``)
+            going_on = [o for i, o in enumerate(outs) if not _returns_or_raises(op, i)]
+            if going_on and len(going_on) < len(outs):
+                outs = going_on
             res = outs[0]
             for o in outs[1:]:
                 res = _join_entry(res, o, self)
@@ -582,6 +595,14 @@ def _freshly_built(mm, value) -> bool:
     return bool(ext and ext.get("is_module"))
 
 
+def _returns_or_raises(br: BranchOp, i: int) -> bool:
+    """Arm ``i`` of ``br`` ends the function: its last statement is ``return`` or ``raise``."""
+    if i >= len(br.arms) or i >= len(br.leaves) or not br.leaves[i] or not br.arms[i]:
+        return False
+    last = br.arms[i][-1]
+    return isinstance(last, ReturnOp) or isinstance(last, JumpOp) and last.jump == "raise"
+
+
 def _join(a: State, b: State) -> State:
     if a is b:
         return a
@@ -657,7 +678,7 @@ def summarize(mm, fn) -> dict:
     free = free_names(mm, fn)
     where = [fn.name, mm.display_path, mm.def_line(fn)]
     exit_modes = {}
-    for path, modes in flow.final.items():
+    for path, modes in flow.exit_state().items():
         key = _key_for(fn, path, keys, free)
         if key is None:
             continue
