@@ -130,6 +130,13 @@ LIGHTNING_CALLBACK_BASES = {
 LIGHTNING_EVAL_HOOKS = frozenset({"validation_step", "test_step", "predict_step", "validation_step_end",
                                   "test_step_end", "validation_epoch_end", "test_epoch_end"})
 LIGHTNING_EVAL_HOOK_PREFIXES = ("on_validation_", "on_test_", "on_predict_")
+# torchvision detection models: their mode picks what the forward returns (a dict of losses in
+# train mode, where targets are required; detections in eval mode), so a wrong mode fails
+# loudly rather than computing other numbers (their batch norm is frozen: FrozenBatchNorm2d),
+# and a validation loss computed in train mode under no_grad is deliberate
+TORCHVISION_DETECTION = re.compile(r"^torchvision\.models\.detection\.(.+\.)?(fasterrcnn_|maskrcnn_|keypointrcnn_|"
+                                   r"retinanet_|ssd|ssdlite|fcos_|FasterRCNN$|MaskRCNN$|KeypointRCNN$|RetinaNet$|"
+                                   r"SSD$|SSDLite$|FCOS$)")
 MODEL_FACTORY_PREFIXES = ("torchvision.models.", "timm.", "transformers.")
 MODEL_FACTORY_SUFFIXES = (".from_pretrained",)
 

@@ -994,7 +994,10 @@ class ModeSensitivity:
                     return bool(facts.get("mode_layers"))
         d = self.r.definition(fn, path)
         if d is None:
-            return self._returned_layers(fn, path, depth)
+            got = self._returned_layers(fn, path, depth)
+            if got is None and path in fn.params and self._sites_pass_mode_free(fn, path, depth):
+                return False
+            return got
         got = self.expr_layers(d[0], d[1], depth + 1)
         if not got and "." not in path and isinstance(d[1], (cst.List, cst.Tuple)):
             # ``layers = []`` then ``layers.append(nn.Dropout(p))`` in a loop, and
@@ -1003,6 +1006,32 @@ class ModeSensitivity:
             if added:
                 got = _any3([got] + [self.expr_layers(d[0], e, depth + 1) for e in added])
         return got
+
+    def _sites_pass_mode_free(self, fn, name: str, depth: int) -> bool:
+        """Every call site of ``fn`` (all in this module) passes for its parameter ``name`` a
+        model whose make is known and whose mode changes no number it computes (no dropout or
+        batch norm; a torchvision detection model, whose mode picks losses or detections).
+        Only this negative answer is taken from call sites: a model handed in otherwise stays
+        of unknown make."""
+        from .callsites import _bound, _local_sites
+
+        if not fn.is_module_level and fn.parent is None and self.mm.module_name \
+                and self.mm.project.is_called(f"{self.mm.module_name}.{fn.qualname}"):
+            return False  # called from other modules too
+        params = [p for p in fn.params if not p.startswith("*")]
+        idx = params.index(name) - (1 if _bound(fn) else 0)
+        sites = _local_sites(self.mm).get(id(fn), ())
+        if not sites:
+            return False
+        for caller, args in sites:
+            if any(a.star for a in args):
+                return False
+            kw = next((a for a in args if a.keyword is not None and a.keyword.value == name), None)
+            positional = [a for a in args if a.keyword is None]
+            arg = kw if kw is not None else positional[idx] if 0 <= idx < len(positional) else None
+            if arg is None or self.expr_layers(caller, arg.value, depth) is not False:
+                return False
+        return True
 
     def _returned_layers(self, fn, path: str, depth: int) -> Optional[bool]:
         """``model, result = train_model(...)``: the model a helper of this module returns at
@@ -1029,6 +1058,8 @@ class ModeSensitivity:
                 if last in ("Sequential", "ModuleList", "ModuleDict"):
                     return _any3(self.expr_layers(fn, a.value, depth + 1) for a in e.args)
                 return False
+            if catalog.TORCHVISION_DETECTION.match(q):
+                return False  # the mode picks losses or detections: a wrong one fails loudly
             if _TORCHVISION_NETS.match(q):
                 return True  # batch norm or dropout in every one of these families
             if q in _WRAPPERS and e.args:
@@ -1104,6 +1135,8 @@ class ModeSensitivity:
                 if q.startswith("torch.nn.") and (_EVIDENT_LAYER.search(last) or "dropout" in last
                                                   or last == "batch_norm"):
                     return True
+                if catalog.TORCHVISION_DETECTION.match(q):
+                    continue  # its mode picks losses or detections (see catalog)
                 if _TORCHVISION_NETS.match(q):
                     return True
                 if not op.func or op.func.startswith("self.") or op.func == cls.name:
