@@ -303,7 +303,7 @@ print(evaluate(model, test_loader))
                         train = _sorted(mm, [o for m, o in at.get(key, ()) if m == "train" and not _chosen(o)])
                         if at.get(key) and all(_loaded(o) for _, o in at[key]):
                             continue  # from_pretrained() returned it in eval mode
-                        layers = mm.resolver.mode_layers(fn, path) if train else False
+                        layers = mm.resolver.mode_layers(fn, path, op.node) if train else False
                         if layers is None:
                             train = [o for o in train if _explicit(o)]  # unknown make: switched by the code
                         if train and norm_path(path) not in seen and layers is not False \
@@ -432,7 +432,7 @@ for epoch in range(num_epochs):
                         continue  # not a training forward: an evaluation inside the training loop
                     modes = flow.at.get(id(op), frozenset())
                     ev = _sorted(mm, [o for m, o in modes if m == "eval" and not _chosen(o)])
-                    if ev and t not in seen and mm.resolver.mode_sensitive(fn, t):
+                    if ev and t not in seen and mm.resolver.mode_sensitive(fn, t, op.node):
                         seen.add(t)
                         yield Report(op.node, f"`{op.target}` is trained here but may be in eval mode: "
                                      f"{_origin_text(mm, ev[0])} switches it to eval mode and nothing "
@@ -447,7 +447,7 @@ for epoch in range(num_epochs):
                     at = flow.at_args.get(id(op), {})
                     for key, path in paths.items():
                         ev = _sorted(mm, [o for m, o in at.get(key, ()) if m == "eval" and not _chosen(o)])
-                        if ev and norm_path(path) not in seen and mm.resolver.mode_sensitive(fn, path) \
+                        if ev and norm_path(path) not in seen and mm.resolver.mode_sensitive(fn, path, op.node) \
                                 and not mm.resolver.frozen(fn, path):
                             seen.add(norm_path(path))
                             yield Report(op.node, f"`{s['name']}()` trains `{path}` in the mode it is given, "

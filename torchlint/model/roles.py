@@ -679,7 +679,7 @@ class RoleResolver:
         if ms is None:
             ms = self._ms = ModeSensitivity(self)
         try:
-            return ms.path_layers(fn, _strip_module(path), 0)
+            return ms.path_layers(fn, _strip_module(path), 0, at)
         except RecursionError:
             return None
 
@@ -973,20 +973,33 @@ class ModeSensitivity:
                                       lambda e, k: self._site_cond(d[0], e, k)) is None  # built with dropout 0.0
                 return True
         if d is None:
-            return self._returned_by_helper(fn, path)
+            return self._returned_by_helper(fn, path, at)
         return self.of_expr(d[0], d[1], 0)
 
     # ------------------------------------------------ evidence of mode-dependent layers
     # Tri-state answers: True (a mode-dependent layer is seen), False (the model's make is
     # known and none is seen), None (its make is unknown: a library model, a model handed in).
-    def path_layers(self, fn, path: str, depth: int) -> Optional[bool]:
-        """Whether a mode-dependent layer is seen in what the model at ``path`` is built from."""
+    def path_layers(self, fn, path: str, depth: int, at=None) -> Optional[bool]:
+        """Whether a mode-dependent layer is seen in what the model at ``path`` is built from
+        (``at``: the node where it is used, in top-level code that may rebind it per cell)."""
         if depth > 6:
             return None
         role, info = self.r.of_path(fn, path)
         if role == catalog.MODEL and isinstance(info, str):
             cls = self.mm.classes.get(info)
             if cls is not None:
+                if self.mm.redefined.get(cls.qualname):
+                    # a class defined twice (a notebook redefines ``get_model`` and the class in
+                    # it): the definition above the construction (in top-level code, the one that
+                    # binds ``path`` last above ``at``)
+                    d = (self._last_binding_before(fn, path, at) if at is not None else None) \
+                        or self.r.definition(fn, path)
+                    call = d[1] if d is not None else None
+                    while isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) \
+                            and call.func.attr.value in _PASSTHROUGH_METHODS:
+                        call = call.func.value
+                    if isinstance(call, cst.Call) and (dotted(call.func) or "").rpartition(".")[2] == cls.name:
+                        cls = self._in_effect(cls, call)
                 return self.class_layers(cls, depth + 1)
             if "." in info:
                 facts = self.mm.project.class_facts(self.mm.project.resolve(info), "mode")
@@ -994,7 +1007,7 @@ class ModeSensitivity:
                     return bool(facts.get("mode_layers"))
         d = self.r.definition(fn, path)
         if d is None:
-            got = self._returned_layers(fn, path, depth)
+            got = self._returned_layers(fn, path, depth, at)
             if got is None and path in fn.params and self._sites_pass_mode_free(fn, path, depth):
                 return False
             return got
@@ -1033,10 +1046,11 @@ class ModeSensitivity:
                 return False
         return True
 
-    def _returned_layers(self, fn, path: str, depth: int) -> Optional[bool]:
+    def _returned_layers(self, fn, path: str, depth: int, at=None) -> Optional[bool]:
         """``model, result = train_model(...)``: the model a helper of this module returns at
-        that position (see ``_returned_by_helper``)."""
-        found = _tuple_item_returned(self.mm, fn, path)
+        that position (see ``_returned_by_helper``); in top-level code, the assignment and the
+        helper live at ``at`` (a notebook that redefines ``get_model`` in a later cell)."""
+        found = _tuple_item_returned(self.mm, fn, path, at)
         if not found:
             return None
         helper, items = found
@@ -1549,10 +1563,10 @@ class ModeSensitivity:
         mf = getattr(self.mm, "module_function", None)
         return mf if mf is not None and mf is not fn else None
 
-    def _returned_by_helper(self, fn, path: str) -> bool:
+    def _returned_by_helper(self, fn, path: str, at=None) -> bool:
         """``model, result = train_model(...)``: the model a helper of this module returns at
-        that position, on every ``return``."""
-        found = _tuple_item_returned(self.mm, fn, path)
+        that position, on every ``return`` (in top-level code, the assignment above ``at``)."""
+        found = _tuple_item_returned(self.mm, fn, path, at)
         if not found:
             return True
         helper, items = found
@@ -1622,8 +1636,10 @@ class ModeSensitivity:
             d = dotted(e)
             if d:
                 role = self.r.of_path(fn, d)
-                if role[0] == catalog.MODEL and isinstance(role[1], str) and role[1] in self.mm.classes:
+                if role[0] == catalog.MODEL and isinstance(role[1], str) and role[1] in self.mm.classes \
+                        and not self.mm.redefined.get(self.mm.classes[role[1]].qualname):
                     return self.of_class(self.mm.classes[role[1]])
+                # (a class defined twice: the construction that binds it says which definition)
                 df = self.r.definition(fn, d)
                 if df is not None and df[1] is not e:
                     if "." not in d and isinstance(df[1], (cst.List, cst.Tuple)) \
@@ -1998,11 +2014,20 @@ def classify(mm, fn, resolver: RoleResolver) -> None:
                 op.kind, op.info = CALL, callee
 
 
-def _tuple_item_returned(mm, fn, path: str):
+def _tuple_item_returned(mm, fn, path: str, at=None):
     """``model, result = train_model(...)`` in ``fn``: the helper of this module and, for each of
     its ``return`` statements, the item at ``path``'s position; None when ``path`` is not bound so
-    or the helper or one of its returns is unknown (not a tuple long enough)."""
-    for op in all_ops(fn):
+    or the helper or one of its returns is unknown (not a tuple long enough).  In top-level code
+    with ``at`` (where the model is used): the last such assignment above ``at``, calling the
+    definition of the helper above that assignment (a notebook redefines ``get_model``)."""
+    ops = all_ops(fn)
+    if at is not None and fn.is_module_level:
+        try:
+            line = mm.line_of(at)
+            ops = [o for o in ops if isinstance(o, AssignOp) and mm.line_of(o.node) < line][::-1]
+        except Exception:
+            ops = all_ops(fn)
+    for op in ops:
         if not (isinstance(op, AssignOp) and op.aug is None and isinstance(op.value, cst.Call)):
             continue
         for t in op.targets:
@@ -2011,7 +2036,8 @@ def _tuple_item_returned(mm, fn, path: str):
             idx = next((i for i, el in enumerate(t.elements) if dotted(el.value) == path), None)
             if idx is None:
                 continue
-            helper = mm.functions.get(dotted(op.value.func) or "")
+            name = dotted(op.value.func) or ""
+            helper = (mm.defined_above(name, op.node) if fn.is_module_level else None) or mm.functions.get(name)
             if helper is None:
                 return None
             rets = [r.value for r in walk(helper.body) if isinstance(r, ReturnOp)]
