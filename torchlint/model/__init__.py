@@ -299,15 +299,20 @@ class ModuleModel:
         """The qualified name a ``from <tree module> import *`` of this module binds to
         ``name`` (the last such import that binds it), ``None`` when none does: a function or
         class of that module (``utils.f``, resolved as ``from utils import f`` would be) or a
-        library name it imports (``torch``)."""
+        library name it imports (``torch``).  ``torch`` that no tree module binds, under a star
+        import of a library (``from torch_snippets import *``, which re-exports it), is the
+        torch package."""
+        library = False
         for base in reversed(self.imports.stars):
             key = self.project.module_key(base, self.root, self.here)
+            if key is None:
+                library = True
             if key is None or key == self.module_name:
                 continue
             got = self.project.star_binding(f"{key}.{name}")
             if got is not None:
                 return f"{base}.{name}" if got == f"{key}.{name}" else got
-        return None
+        return "torch" if name == "torch" and library else None
 
     def find_class(self, name: str) -> Optional[ClassModel]:
         c = self.classes.get(name)
