@@ -7,7 +7,7 @@ from torchlint.findings import Fix, Related
 from torchlint.model import catalog
 from torchlint.model.binder import dotted
 from torchlint.model.callsites import only_called_without_grad
-from torchlint.model.flow import ENTRY, norm_path
+from torchlint.model.flow import ENTRY, norm_path, runs_only_with_grad
 from torchlint.model.ir import (
     BACKWARD, CALL, FORWARD, GRAD_OFF, GRAD_ON, GRAD_UNKNOWN, MODE, STEP, AssignOp, CallOp, LoopOp, all_ops, walk,
 )
@@ -644,7 +644,7 @@ def train_step(model, x, y, optimizer):
             for op in all_ops(fn):
                 if not isinstance(op, CallOp):
                     continue
-                if op.kind == BACKWARD and op.grad == GRAD_OFF:
+                if op.kind == BACKWARD and op.grad == GRAD_OFF and not runs_only_with_grad(mm, op):
                     where = "a `@torch.no_grad()` function" if fn.decorator_grad == GRAD_OFF and \
                         not self._inner_with(op, fn) else "a `no_grad`/`inference_mode` block"
                     yield Report(op.node, f"`backward()` runs inside {where}: no graph was recorded, "

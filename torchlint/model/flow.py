@@ -135,7 +135,8 @@ class ModeFlow:
         k = op.kind
         if k == MODE and op.target:
             t = norm_path(op.target)
-            origin = ModeOrigin(f"`{op.target}.{op.attr}()`", op.node, chosen=self._by_argument(op))
+            origin = ModeOrigin(f"`{op.target}.{op.attr}()`", op.node,
+                                chosen=self._by_argument(op) or self._mode_argument(op))
             st = dict(st)
             if op.info in ("train", "eval"):
                 st[t] = frozenset({(op.info, origin)})
@@ -313,6 +314,14 @@ class ModeFlow:
             if test is not None and params & _names(test):
                 return True
         return False
+
+    def _mode_argument(self, op) -> bool:
+        """``self.model.train(train)``: the mode is one of the function's parameters, so each
+        caller picks it on purpose (``one_epoch(True)`` / ``one_epoch(False)``)."""
+        if op.attr != "train" or len(op.args) != 1:
+            return False
+        v = op.args[0].value
+        return isinstance(v, cst.Name) and v.value in {p.lstrip("*") for p in self.fn.params}
 
     def _returned_modes(self, value) -> dict:
         """The ``return_modes`` of the function of this tree that ``value`` (a call) runs."""
@@ -754,9 +763,10 @@ def summarize(mm, fn) -> dict:
         "autograd": bool(function_events(fn, (AUTOGRAD_GRAD,))) or any(s.get("autograd") for s in sub),
         # a backward that runs in whatever grad mode the caller set (not under enable_grad)
         "backward_inherits_grad": any(op.grad is None and not _graph_built_under_enable_grad(fn, op)
+                                      and not runs_only_with_grad(mm, op)
                                       for op in function_events(fn, (BACKWARD,)))
         or any(op.grad is None and (mm.summary_of(op.info) or {}).get("backward_inherits_grad")
-               for op in calls),
+               and not runs_only_with_grad(mm, op) for op in calls),
         "step": bool(function_events(fn, (STEP,))) or any(s.get("step") for s in sub),
         "clear": bool(function_events(fn, (CLEAR,))) or mm.clears_by_assignment(fn)
         or any(s.get("clear") for s in sub),
@@ -817,6 +827,26 @@ def _param_truth(test, params):
             and isinstance(test.expression, cst.Name) and test.expression.value in params:
         return test.expression.value, False
     return None
+
+
+def runs_only_with_grad(mm, op) -> bool:
+    """``op`` runs only in the arm of a test that is false under ``no_grad`` or in eval mode:
+    ``if loss.requires_grad:`` (a loss computed under no_grad requires none), ``if
+    torch.is_grad_enabled():``, ``if self.model.training:`` (a step shared by the training and
+    the validation epoch, which the caller runs in eval mode under no_grad)."""
+    for br, arm in op.guards:
+        if arm != 0 or not isinstance(br.node, cst.If) or br.test is None:
+            continue
+        tests = [br.test]
+        while tests:
+            t = tests.pop()
+            if isinstance(t, cst.BooleanOperation) and isinstance(t.operator, cst.And):
+                tests += [t.left, t.right]
+            elif isinstance(t, cst.Attribute) and t.attr.value in ("requires_grad", "training"):
+                return True
+            elif isinstance(t, cst.Call) and mm.qualify(dotted(t.func) or "") == "torch.is_grad_enabled":
+                return True
+    return False
 
 
 def _graph_built_under_enable_grad(fn, op) -> bool:
