@@ -222,7 +222,11 @@ print(evaluate(model, test_loader))
         "accumulated without training). Evaluation is also known inside a training loop: a branch "
         "that draws one batch of another loader with `next()` (a test batch every ten iterations), "
         "runs no backward and scores the predictions; that finding carries no fix (a lone `eval()` "
-        "there would leave the training in eval mode)."
+        "there would leave the training in eval mode). A torchvision detection model (Faster "
+        "R-CNN, Mask R-CNN, keypoint R-CNN, RetinaNet, SSD, FCOS) is not reported: its mode picks "
+        "what it returns (a dict of losses in train mode, detections in eval mode), so a "
+        "validation loss computed in train mode under no_grad is deliberate and a wrong mode "
+        "fails loudly."
     )
     fix_safety = "unsafe"
     fix_doc = ("Inserts `model.eval()` before the evaluation loop. Unsafe: the caller may rely on "
@@ -616,7 +620,9 @@ class BackwardUnderNoGrad(Rule):
         "A call under `no_grad` of a function that trains is reported, except when every backward "
         "of that function is guarded by one of its parameters and the call passes the value that "
         "skips it (`run_epoch(loader, cross_valid=True)` where the backward sits under "
-        "`if not cross_valid:`)."
+        "`if not cross_valid:`), and except a backward under a test that is false under "
+        "no_grad or in eval mode (`if loss.requires_grad:`, `if self.model.training:`, "
+        "`if torch.is_grad_enabled():`: a step shared by the training and the validation epoch)."
     )
     example = """\
 @torch.no_grad()
