@@ -120,6 +120,16 @@ BAD = _bad_cases()
 GOOD = _good_cases()
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _programs_run_their_tests_in_one_process():
+    """A fixture program that is a test file runs `pytest.main([__file__])`; from inside this
+    checkout that pytest reads pyproject.toml's `-n auto` and starts a pool of workers (each one
+    importing torch again) for a handful of tests: 25 s of the correct-fixture sweep's wall time."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PYTEST_ADDOPTS", (os.environ.get("PYTEST_ADDOPTS", "") + " -n0").strip())
+        yield
+
+
 @pytest.fixture(scope="module")
 def entry_verdicts(request):
     cache = {}
