@@ -170,6 +170,45 @@ def test_negated_test_takes_the_other_arm():
     assert clears_on_some_paths(mm, fn, loop, step, [clear])
 
 
+def test_is_none_and_is_not_none_are_one_test_with_opposite_arms():
+    mm, fn, loop = setup("""
+    def train(net, loader, loss_fn, params, optimizer=None):
+        for x, y in loader:
+            loss = loss_fn(net(x), y)
+            if optimizer is not None:
+                optimizer.zero_grad()
+            loss.backward()
+            if None is optimizer:
+                sgd(params)
+            else:
+                optimizer.step()
+    """)
+    clear, step = first(fn, CLEAR), first(fn, STEP)
+    # the step runs exactly on the paths that cleared
+    assert not paths.path_without(mm, fn, loop.body, (lambda o: o is step,), lambda o: o is clear)
+    assert not clears_on_some_paths(mm, fn, loop, step, [clear])
+
+
+def test_assigning_the_tested_name_forgets_the_choice():
+    mm, fn, loop = setup("""
+    def train(model, loader, optimizer, scaler=None):
+        for x, y in loader:
+            if scaler is None:
+                optimizer.zero_grad()
+                scaler = make_scaler()
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            if scaler is None:
+                optimizer.step()
+            else:
+                scaler.step(optimizer)
+    """)
+    clear = first(fn, CLEAR)
+    scaler_step = next(op for op in walk(fn.body) if isinstance(op, CallOp) and op.func == "scaler.step")
+    # after `scaler = ...` the first arm's choice no longer says which arm the second test takes
+    assert paths.path_in_order(mm, fn, loop.body, (lambda o: o is clear, lambda o: o is scaler_step))
+
+
 def test_choice_of_a_test_the_loop_assigns_is_not_kept_across_iterations():
     mm, fn, loop = setup("""
     def train(model, loader, optimizer, accum):

@@ -1157,18 +1157,9 @@ class ModuleModel:
 
     def clears_by_assignment(self, fn: FunctionModel) -> bool:
         """``p.grad = None`` / ``p.grad.zero_()`` style clearing inside ``fn``."""
-        from .queries import selective_grad_clear
+        from .queries import is_grad_clear, selective_grad_clear
 
-        for op in all_ops(fn):
-            if isinstance(op, AssignOp):
-                for t in op.targets:
-                    if isinstance(t, cst.Attribute) and t.attr.value == "grad" and not selective_grad_clear(op):
-                        return True
-            elif isinstance(op, CallOp) and op.attr in ("zero_", "detach_", "fill_") and op.recv \
-                    and (op.recv.endswith(".grad") or op.recv.endswith(".grad.data")) \
-                    and not selective_grad_clear(op):
-                return True
-        return False
+        return any(is_grad_clear(op) and not selective_grad_clear(op) for op in all_ops(fn))
 
     # ------------------------------------------------------------------ loops
     def loops(self, fn: FunctionModel) -> list:

@@ -11,7 +11,9 @@ the closure first.  Only the distinct states are kept at each point, so the work
 by the number of states a query can produce, not by the number of paths.
 
 Branches whose test is written the same way twice (``if scaler:`` ... ``if scaler:``) are
-correlated: a path takes the same arm at both (``not`` flips the arm).  Across iterations of
+correlated: a path takes the same arm at both (``not`` flips the arm, and ``x is not None``
+is ``x is None`` flipped: ``if opt is not None: opt.zero_grad()`` ... ``if opt is None: sgd()
+else: opt.step()``).  Across iterations of
 a loop only the choices of tests the loop does not assign survive (``if use_amp:`` keeps its
 arm, ``if (i + 1) % k == 0:`` does not).
 
@@ -54,12 +56,41 @@ def _code(expr) -> Optional[str]:
         return None
 
 
+def _is_none(expr) -> bool:
+    return isinstance(expr, cst.Name) and expr.value == "None"
+
+
+def _none_test(test) -> Optional[tuple]:
+    """``x is None`` / ``x is not None`` (``==``/``!=``, ``None is x``) as (``x is None``'s
+    code, negated): one predicate whichever way it is written."""
+    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+        return None
+    cmp = test.comparisons[0]
+    if not isinstance(cmp.operator, (cst.Is, cst.IsNot, cst.Equal, cst.NotEqual)):
+        return None
+    if _is_none(cmp.comparator):
+        subject = test.left
+    elif _is_none(test.left):
+        subject = cmp.comparator
+    else:
+        return None
+    code = _code(subject)
+    return (code + " is None", isinstance(cmp.operator, (cst.IsNot, cst.NotEqual))) if code else None
+
+
 def _test_key(test) -> Optional[tuple]:
-    """(the test's code without a leading ``not``, whether it was negated)."""
+    """(the test's code without a leading ``not``, whether it was negated); a comparison
+    with ``None`` is keyed as ``x is None`` so ``if x is not None:`` ... ``if x is None:``
+    are the same test with opposite arms."""
     neg = False
     while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
         test, neg = test.expression, not neg
-    code = _code(test) if test is not None else None
+    if test is None:
+        return None
+    none = _none_test(test)
+    if none is not None:
+        return (none[0], neg != none[1])
+    code = _code(test)
     return (code, neg) if code else None
 
 
@@ -69,7 +100,7 @@ def _assigned_in(ops) -> set:
         if isinstance(op, AssignOp):
             for t in op.targets:
                 for e in (t.elements if isinstance(t, (cst.Tuple, cst.List)) else (t,)):
-                    e = getattr(e, "value", e)
+                    e = e.value if isinstance(e, cst.BaseElement) else e
                     d = dotted(e)
                     if d:
                         out.add(d.split(".")[0])
@@ -95,12 +126,37 @@ def _names(expr) -> set:
     return out
 
 
+def _dotted_reads(expr) -> set:
+    """The names and dotted attributes ``expr`` reads (``self.opt is None``: ``self.opt``)."""
+    out, stack = set(), [expr]
+    while stack:
+        e = stack.pop()
+        d = dotted(e) if isinstance(e, (cst.Name, cst.Attribute)) else None
+        if d:
+            out.add(d)
+        else:
+            stack.extend(code_children(e))
+    return out
+
+
+def _assigned_dotted(op: AssignOp) -> set:
+    out = set()
+    for t in op.targets:
+        for e in (t.elements if isinstance(t, (cst.Tuple, cst.List)) else (t,)):
+            e = e.value if isinstance(e, cst.BaseElement) else e
+            d = dotted(e)
+            if d:
+                out.add(d)
+    return out
+
+
 class Walker:
     """One analysis: a transfer function over the ops of a function (and its closures)."""
 
     def __init__(self, mm, fn, transfer: Transfer, closures: bool = True):
         self.mm, self.fn, self.transfer, self.closures = mm, fn, transfer, closures
         self._keys: dict = {}  # id(BranchOp) -> test key, for tests written more than once
+        self._reads: dict = {}  # test key's code -> the names and attributes the test reads
         self._counted = False
 
     # ------------------------------------------------------------- correlated branches
@@ -119,6 +175,7 @@ class Walker:
             if len(brs) > 1:
                 for br, neg in brs:
                     self._keys[id(br)] = (code, neg)
+                self._reads[code] = _dotted_reads(brs[0][0].test)
 
     def _arm_states(self, br: BranchOp, arm: int, states: set) -> set:
         """The states that may take ``arm`` of ``br`` (a correlated test keeps its choice)."""
@@ -159,7 +216,19 @@ class Walker:
                 flow.out = self._apply(flow.out, op)
         return flow
 
+    def _forget(self, states: set, op: AssignOp) -> set:
+        """A path's choice at a test no longer holds once the test's name is assigned
+        (``if scaler is None: scaler = GradScaler()`` ... ``if scaler is None:``)."""
+        assigned = _assigned_dotted(op)
+        drop = {c for c, reads in self._reads.items()
+                if any(r == a or r.startswith(a + ".") for r in reads for a in assigned)}
+        if not drop:
+            return states
+        return {(s, frozenset((k, v) for k, v in d if k not in drop)) for s, d in states}
+
     def _apply(self, states: set, op) -> set:
+        if self._reads and isinstance(op, AssignOp):
+            states = self._forget(states, op)
         if self.closures and isinstance(op, CallOp) and op.kind == STEP and op.closure is not None:
             from .queries import closure_function
 

@@ -62,10 +62,30 @@ def is_kind(mm, op, kind: str) -> bool:
     return False
 
 
+_ZEROS = ("zeros", "zeros_like", "new_zeros")
+
+
+def _clearing_value(value) -> bool:
+    """What clears a gradient when assigned to ``p.grad``: ``None``, ``0``, a zeros tensor
+    (``torch.zeros_like(p)``, ``p.new_zeros(...)``).  Any other value sets the gradients (one
+    network's gradients handed to another's parameters)."""
+    if isinstance(value, cst.Name):
+        return value.value == "None"
+    if isinstance(value, cst.Integer):
+        return value.value == "0"
+    if isinstance(value, cst.Call):
+        f = dotted(value.func)
+        return bool(f) and f.rsplit(".", 1)[-1] in _ZEROS
+    return False
+
+
 def is_grad_clear(op) -> bool:
-    """``p.grad = None``, ``p.grad.zero_()``, ``p.grad.data.zero_()``, ``p.grad.detach_()``."""
+    """``p.grad = None`` (or a zeros tensor), ``p.grad.zero_()``, ``p.grad.data.zero_()``,
+    ``p.grad.detach_()``; ``p.grad = other.grad.clone()`` transfers gradients, it does not
+    clear them."""
     if isinstance(op, AssignOp):
-        return any(isinstance(t, cst.Attribute) and t.attr.value == "grad" for t in op.targets)
+        return op.aug is None and _clearing_value(op.value) \
+            and any(isinstance(t, cst.Attribute) and t.attr.value == "grad" for t in op.targets)
     if isinstance(op, CallOp) and op.attr in ("zero_", "detach_", "fill_", "requires_grad_") and op.recv:
         return op.recv.endswith(".grad") or op.recv.endswith(".grad.data")
     return False
