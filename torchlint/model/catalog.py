@@ -76,6 +76,17 @@ LIBRARY_LOADERS = {
 # loaders of graph libraries whose batches are collated on the CPU whatever their dataset holds
 # (PyG's ``Batch``/``Data`` objects, DGL's batched graphs): a loop over them must move each batch
 # (``data = data.to(device)``) unless the dataset itself was put on the device (TL601)
+# Graph datasets that hold one graph (node-level tasks: the whole graph is the one item, so a
+# loader over them yields the same single batch every epoch, in the only order there is).
+SINGLE_GRAPH_DATASETS = {
+    "torch_geometric.datasets." + n for n in (
+        "Planetoid", "CitationFull", "CoraFull", "Coauthor", "Amazon", "WikiCS", "Flickr", "Reddit",
+        "Reddit2", "Yelp", "AmazonProducts", "Actor", "WebKB", "WikipediaNetwork",
+        "FacebookPagePage", "LastFMAsia", "DeezerEurope", "GitHub", "Airports", "KarateClub",
+        "AttributedGraphDataset", "HeterophilousGraphDataset")
+} | {"ogb.nodeproppred.PygNodePropPredDataset", "ogb.nodeproppred.DglNodePropPredDataset",
+     "ogb.nodeproppred.NodePropPredDataset"}
+
 HOST_BATCH_LOADERS = {
     "torch_geometric.loader.DataLoader",
     "torch_geometric.loader.dataloader.DataLoader",
@@ -227,7 +238,10 @@ ENGINE_CLASSES = {"ignite.engine.Engine", "ignite.engine.engine.Engine", "ignite
 # PyTorch's is not PyTorch code (an MXNet baseline, a TensorFlow port in the same tree)
 OTHER_FRAMEWORKS = {"tensorflow", "keras", "tf_keras", "mxnet", "jax", "jaxlib", "flax", "haiku",
                     "optax", "paddle", "mindspore", "oneflow", "chainer", "cupy", "theano", "caffe",
-                    "cntk", "dynet", "trax", "objax", "equinox"}
+                    "cntk", "dynet", "trax", "objax", "equinox"} | {
+    # MicroPython's own modules: code for a microcontroller board, where PyTorch cannot run
+    # (a plain-Python network exported for the board has a ``forward`` of its own)
+    "pyb", "machine", "micropython", "utime", "uasyncio", "ustruct", "ujson", "umqtt"}
 # packages whose objects are PyTorch's (a module importing one is PyTorch code)
 TORCH_PACKAGES = {"torch", "torchvision", "torchaudio", "torchtext", "torchmetrics", "pytorch_lightning",
                   "lightning", "lightning_fabric", "timm", "accelerate", "ignite", "fairseq", "detectron2",

@@ -285,7 +285,7 @@ class LoaderInfo:
         self.sampler = False
         self.iterable = False
         self.unknown = False  # **kwargs / *args: anything may be set
-        self.full_batch = False  # batch_size=len(dataset)
+        self.full_batch = False  # batch_size=len(dataset), or a dataset of one graph
 
 
 # ============================================================== the per-module answers
@@ -819,7 +819,10 @@ class Resources:
             if cls is not None:
                 if self.class_places_on_device(cls):
                     return True
-                continue
+                if self._class_sends_to_host(cls):
+                    continue
+                # a dataset that keeps what it is given (``torch.tensor(x)`` keeps a tensor's
+                # device): built from tensors on the device, its items are on the device
             if name and (self.mm.external_class(name, "device") or {}).get("on_device"):
                 return True  # a dataset class of another tree module that moves its tensors
             # TensorDataset(x.to(device), y.to(device)), datasets of tensors created on the device
@@ -866,6 +869,12 @@ class Resources:
                     return True
         return False
 
+    def _class_sends_to_host(self, cls) -> bool:
+        """A dataset class whose methods bring tensors back to the host (``.cpu()``,
+        ``.numpy()``, ``.tolist()``): what it yields need not be where its inputs were."""
+        return any(isinstance(o, CallOp) and o.attr in ("cpu", "numpy", "tolist")
+                   for m in cls.methods.values() for o in walk(m.body))
+
     def class_places_on_device(self, cls, depth: int = 0) -> Optional[bool]:
         """Whether a dataset class of this module puts its tensors on a device (a method takes
         a ``device``, moves a tensor, or creates one with a non-CPU ``device=``), its local bases
@@ -876,7 +885,9 @@ class Resources:
             if any(p == "device" or p.endswith("_device") for p in m.params):
                 return True
             for o in walk(m.body):
-                if isinstance(o, CallOp) and o.kind == MOVE and self.move_device(m, o)[0]:
+                # ``torch.tensor(x).float().to(device)``: a move of a call's result (no role)
+                if isinstance(o, CallOp) and (o.kind == MOVE or o.attr in ("to", "cuda")) \
+                        and self.move_device(m, o)[0]:
                     return True
                 if isinstance(o, CallOp) and o.keyword("device") is not None and \
                         not self.is_cpu_device(m, o.keyword("device").value):
@@ -931,7 +942,17 @@ class Resources:
         bs = op.keyword("batch_size") or (pos[bs_at] if bs_at is not None and len(pos) > bs_at else None)
         if bs is not None and isinstance(bs.value, cst.Call) and dotted(bs.value.func) == "len":
             info.full_batch = True  # one batch per epoch: the order does not matter
+        elif ds is not None and self._single_graph_dataset(fn, ds):
+            info.full_batch = True  # one graph, one item: the same single batch every epoch
         return info
+
+    def _single_graph_dataset(self, fn, ds) -> bool:
+        """Every value the dataset can have is a library dataset of one graph (``Planetoid``
+        for Cora, an ``ogbn-*`` dataset), followed through names and callers' arguments."""
+        vals = self._dataset_values(fn, ds)
+        return bool(vals) and all(
+            isinstance(v, cst.Call) and self.mm.qualify(dotted(v.func)) in catalog.SINGLE_GRAPH_DATASETS
+            for _owner, v in vals)
 
     def _dataset_iterable(self, fn, ds) -> bool:
         for owner, v in self._dataset_values(fn, ds):
