@@ -157,6 +157,7 @@ class Walker:
         self.mm, self.fn, self.transfer, self.closures = mm, fn, transfer, closures
         self._keys: dict = {}  # id(BranchOp) -> test key, for tests written more than once
         self._reads: dict = {}  # test key's code -> the names and attributes the test reads
+        self._drops: dict = {}  # id(AssignOp) -> the test codes whose choice it makes stale
         self._counted = False
 
     # ------------------------------------------------------------- correlated branches
@@ -219,9 +220,12 @@ class Walker:
     def _forget(self, states: set, op: AssignOp) -> set:
         """A path's choice at a test no longer holds once the test's name is assigned
         (``if scaler is None: scaler = GradScaler()`` ... ``if scaler is None:``)."""
-        assigned = _assigned_dotted(op)
-        drop = {c for c, reads in self._reads.items()
-                if any(r == a or r.startswith(a + ".") for r in reads for a in assigned)}
+        drop = self._drops.get(id(op))
+        if drop is None:
+            assigned = _assigned_dotted(op)
+            drop = self._drops[id(op)] = frozenset(
+                c for c, reads in self._reads.items()
+                if any(r == a or r.startswith(a + ".") for r in reads for a in assigned))
         if not drop:
             return states
         return {(s, frozenset((k, v) for k, v in d if k not in drop)) for s, d in states}
