@@ -91,6 +91,10 @@ _LOSSES = {"cross_entropy": "cross_entropy", "nll_loss": "nll_loss",
            "binary_cross_entropy": "binary_cross_entropy"}
 
 
+# ops whose result stays on the device of their tensor arguments
+_KEEPS_DEVICE = {"__getitem__", "stack", "cat", "tensor", "float", "double", "long", "clone", "detach"}
+
+
 def _tensors(obj, depth=0):
     if isinstance(obj, torch.Tensor):
         yield obj
@@ -1055,6 +1059,10 @@ class Probes(TorchFunctionMode):
                 return
 
     # ------------------------------------------------------------------ taint helpers
+    def _is_moved(self, t):
+        r = self.moved.get(id(t))
+        return r is not None and r() is t
+
     def _is_unmoved(self, t):
         r = self.unmoved.get(id(t))
         return r is not None and r() is t
@@ -1430,6 +1438,13 @@ class Probes(TorchFunctionMode):
                 if sites:
                     self._tag(self.deviceless, out, sites)
             return
+        if self.moved and name in _KEEPS_DEVICE and isinstance(out, torch.Tensor):
+            # a dataset's items taken from tensors it moved (``self.x[i]``), collated by
+            # ``torch.stack``, or rebuilt by ``torch.tensor(moved)``: still on the device
+            moved_in = list(_tensors(list(args)))
+            if moved_in and all(self._is_moved(t) for t in moved_in):
+                self._tag(self.moved, out)
+                return
         if not (self.unmoved or self.deviceless):
             return
         ins = list(_tensors(list(args) + list(kwargs.values())))
