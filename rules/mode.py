@@ -12,7 +12,7 @@ from torchlint.model.ir import (
     BACKWARD, CALL, FORWARD, GRAD_OFF, GRAD_ON, GRAD_UNKNOWN, MODE, STEP, AssignOp, CallOp, LoopOp, all_ops, walk,
 )
 from torchlint.model.queries import (
-    analysable_functions, call_runs_backward, eval_step_helpers, evaluates_after_training, evaluates_drawn_batch,
+    analysable_functions, call_runs_backward, eval_arm_forwards, eval_step_helpers, evaluates_after_training, evaluates_drawn_batch,
     forward_records_no_graph, helper_forward_keys, lightning_eval_hook, is_kind, model_call_target, names_in,
     iteration, local_function, reaches_backward, steps_or_updates, training_loop_before, trains, untrained_here,
     untrained_path_here, uses_autograd, within,
@@ -556,6 +556,16 @@ with torch.no_grad():
                 helpers = [] if fwds or runs or steps else [
                     (o, keys) for o in walk(loop.body) for keys in (helper_forward_keys(mm, o),) if keys]
                 seen = fwds + [o for o, _ in runs] + steps + [o for o, _ in helpers]
+                if fwds and uses_autograd(mm, loop.body, fn):
+                    # one loop for training and validation: the validation arm's forward
+                    for f, m in eval_arm_forwards(mm, fn, loop):
+                        if self._callers_enable_grad(mm, fn):
+                            reported_loops.append(loop)
+                            yield Report(f.node, f"this forward also runs in the evaluation pass (`{m.target}.eval()` "
+                                         f"at line {mm.line_of(m.node)}), where nothing backpropagates it, "
+                                         "without `torch.no_grad()`, so every batch builds an autograd graph "
+                                         "for nothing; wrap it in `torch.set_grad_enabled(<training flag>)`",
+                                         scope=fn.qualname)
                 if not seen or uses_autograd(mm, loop.body, fn):
                     continue  # gradients on purpose: attacks, saliency, test-time adaptation
                 if any(o.grad in (GRAD_OFF, "?") for o in seen) or loop.grad in (GRAD_OFF, "?"):

@@ -875,16 +875,20 @@ class ModuleModel:
                 continue
             k = loss_kind(self, fn, op)
             if k in (catalog.CE, catalog.NLL, catalog.BCE, catalog.BCE_LOGITS):
-                out.append((name, params.index(name), k, self._guard_keys(op)))
+                out.append((name, params.index(name), k, self.guard_keys(op)))
         r = self._loss_params[id(fn)] = tuple(out)
         return r
 
-    def _guard_keys(self, op) -> frozenset:
-        """The tests ``op`` runs under, as (code with one kind of quotes, arm) pairs."""
+    def guard_keys(self, op) -> frozenset:
+        """The tests ``op`` runs under, as (code with one kind of quotes and no spaces, arm)
+        pairs; ``if not x:`` is the other arm of ``if x:``."""
         keys = set()
         for br, arm in op.guards:
             if isinstance(br, BranchOp) and br.test is not None:
-                keys.add((self.code_for(br.test).replace('"', "'").replace(" ", ""), arm))
+                test = br.test
+                if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not) and arm in (0, 1):
+                    test, arm = test.expression, 1 - arm
+                keys.add((self.code_for(test).replace('"', "'").replace(" ", ""), arm))
         return frozenset(keys)
 
     def helper_losses(self, fn: FunctionModel, op: CallOp) -> Iterator[tuple]:
@@ -926,7 +930,7 @@ class ModuleModel:
         out = set()
         for r in all_ops(producer):
             if isinstance(r, ReturnOp) and r.value_facts & {"probs", "sigmoid", "logprobs"}:
-                out |= self._guard_keys(r)
+                out |= self.guard_keys(r)
         return frozenset(out)
 
     _ACTIVATIONS = ("probs", "sigmoid", "logprobs", "logits")

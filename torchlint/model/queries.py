@@ -16,7 +16,8 @@ from .binder import dotted
 from .dataflow import code_children
 from .flow import norm_path
 from .ir import (
-    AUTOGRAD_GRAD, BACKWARD, CALL, CLEAR, FORWARD, GRAD_OFF, LOSS, MOVE, SCHED_STEP, STEP, AssignOp, CallOp, LoopOp,
+    AUTOGRAD_GRAD, BACKWARD, CALL, CLEAR, FORWARD, GRAD_OFF, LOSS, MODE, MOVE, SCHED_STEP, STEP, AssignOp, CallOp,
+    LoopOp,
     ReturnOp, all_ops, walk,
 )
 
@@ -276,6 +277,44 @@ def uses_autograd(mm, block, fn=None) -> bool:
             if s and (s.get("backward") or s.get("autograd")):
                 return True
     return False
+
+
+def eval_arm_forwards(mm, fn, loop: LoopOp) -> list:
+    """``(forward, eval call)`` for the forwards of ``loop`` that run with gradients on in the
+    arm of a test where the loop computes none, in the eval mode set under that arm: one epoch
+    function for training and validation (``if is_train: model.train() else: model.eval()``
+    before the loop, ``if is_train: loss.backward(); optimizer.step()`` in it, and one
+    ``model(x)`` for both, outside ``no_grad``)."""
+    if loop.grad in (GRAD_OFF, "?"):
+        return []
+    grads = [o for o in walk(loop.body) if isinstance(o, CallOp) and uses_autograd(mm, [o], fn)]
+    if not grads:
+        return []
+    train_arm = set(mm.guard_keys(grads[0]))
+    for o in grads[1:]:
+        train_arm &= mm.guard_keys(o)
+    if not train_arm:
+        return []  # a backward on every path
+    out = []
+    for m in all_ops(fn):
+        if not (isinstance(m, CallOp) and m.kind == MODE and m.info == "eval" and m.target):
+            continue
+        keys = mm.guard_keys(m)
+        if not any((t, a) in keys for t, a0 in train_arm for a in (0, 1) if a != a0):
+            continue  # not switched to eval on the other arm of the test that guards the backward
+        t = norm_path(m.target)
+        for f in walk(loop.body):
+            if not (isinstance(f, CallOp) and f.kind == FORWARD and f.target and norm_path(f.target) == t):
+                continue
+            if f.grad in (GRAD_OFF, "?") or mm.guard_keys(f) & train_arm:
+                continue
+            if "eval" not in {md for md, _ in mm.flow(fn).at.get(id(f), frozenset())}:
+                continue
+            if forward_records_no_graph(mm, fn, f.target):
+                continue
+            out.append((f, m))
+            break
+    return out
 
 
 def eval_step_helpers(mm, loop: LoopOp) -> list:
