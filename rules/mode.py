@@ -6,7 +6,7 @@ import libcst as cst
 from torchlint.findings import Fix, Related
 from torchlint.model import catalog
 from torchlint.model.binder import dotted
-from torchlint.model.callsites import only_called_without_grad
+from torchlint.model.callsites import evaluated_by_callers, only_called_without_grad
 from torchlint.model.flow import ENTRY, norm_path, runs_only_with_grad
 from torchlint.model.ir import (
     BACKWARD, CALL, FORWARD, GRAD_OFF, GRAD_ON, GRAD_UNKNOWN, MODE, STEP, AssignOp, CallOp, LoopOp, all_ops, walk,
@@ -586,6 +586,9 @@ with torch.no_grad():
                     exits = {v[0] for v in ((mm.summary_of(o.info) or {}).get("exit_modes") or {}).values() if v}
                     modes |= exits if exits == {"eval"} else {ENTRY}
                 evalmode = "eval" in modes and "train" not in modes
+                if not evalmode and modes == {ENTRY} and fwds and not (runs or steps or helpers):
+                    # a batch loop of its own that the class's validation methods call after eval()
+                    evalmode = evaluated_by_callers(mm, fn, {o.target for o in fwds}) is not None
                 if not evalmode and not (ENTRY in modes and "train" not in modes and is_eval_name(fn.name)):
                     continue
                 if not self._callers_enable_grad(mm, fn):

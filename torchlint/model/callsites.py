@@ -437,6 +437,30 @@ def only_called_without_grad(mm, fn, depth: int = 0) -> bool:
     return res
 
 
+def evaluated_by_callers(mm, fn, paths) -> Optional[object]:
+    """The ``eval()`` that leaves the ``self`` models at ``paths`` in eval mode at every call
+    of the method ``fn``: a batch loop of its own (``_inner_loop(dl, ...)``) that the
+    validation and test methods of its class call right after ``self.model.eval()``.  There
+    must be a call in this module, every such call must see only eval mode, and no other
+    module may call ``fn``; else ``None``."""
+    if fn.is_module_level or fn.cls is None or not paths or not all(p.startswith("self.") for p in paths):
+        return None
+    sites = list(mm.callers(fn)) + method_sites(mm, fn)
+    q = f"{mm.module_name}.{fn.qualname}" if mm.module_name else None
+    if not sites or (q and mm.project.is_called(q)):
+        return None
+    origin = None
+    for caller, op in sites:
+        if caller.cls is not fn.cls:
+            return None
+        for p in paths:
+            modes = mm.flow(caller).modes_at(op, p)
+            if not modes or any(m != "eval" for m, _ in modes):
+                return None
+            origin = origin or next(iter(modes))[1]
+    return origin
+
+
 def _grad_off_function(fn) -> bool:
     from .ir import GRAD_OFF
 

@@ -75,6 +75,7 @@ class ModeFlow:
         self.fn = fn
         self.at: dict[int, frozenset] = {}  # id(op) -> modes of the op's model/argument
         self.at_args: dict[int, dict] = {}  # id(CALL op) -> {param key: modes}
+        self.before_call: dict[int, dict] = {}  # id(CALL op) -> the state it runs in (``modes_at``)
         self.final: State = {}
         self.returns: dict = {}  # id(ReturnOp) -> (op, state where it returns)
         self._calls: Optional[dict] = None
@@ -87,6 +88,12 @@ class ModeFlow:
                 return frozenset({("train", None)})
             return frozenset({(ENTRY, None)})
         return v
+
+    def modes_at(self, op, path: str) -> Optional[frozenset]:
+        """The modes of the model at ``path`` when the call ``op`` of a function of the tree
+        runs (``None`` for an op that is not such a call)."""
+        st = self.before_call.get(id(op))
+        return None if st is None else self.modes(st, path)
 
     def _constructed_here(self, path) -> bool:
         # module-level models start in train mode (nn.Module's default)
@@ -151,6 +158,7 @@ class ModeFlow:
             if path:
                 self.at[id(op)] = self.modes(st, path)
         elif k == CALL:
+            self.before_call[id(op)] = st
             summ = self.mm.summary_of(op.info)
             if summ is not None:
                 argmap = self.mm.argmap(self.fn, op, summ)
