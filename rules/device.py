@@ -17,7 +17,7 @@ def _loader_loops(mm, fn, op):
     lp = op.loop
     while lp is not None:
         if not lp.is_while and lp.iter is not None:
-            it = resources.strip_iter_wrappers(lp.iter)
+            it = resources.loop_iterable(mm, fn, lp.iter)
             if mm.resolver.of_expr(fn, it)[0] == catalog.LOADER:
                 out.append(lp)
         lp = lp.parent
@@ -135,6 +135,7 @@ for x, y in loader:
                 return fwd_moves[id(o)]
             reported = set()  # (loop, tensor) reported at an earlier call; statement lines reported
             for op in ops:
+                inline = False
                 unmoved = _unmoved_args(mm, op)
                 if not unmoved:
                     continue  # (before line_of: positions cost as much as a parse)
@@ -153,8 +154,13 @@ for x, y in loader:
                 else:
                     if not any("model_out" in f or "graph" in f for f in op.arg_facts):
                         continue
-                    cand = [(f.target, move_at(f)) for f in res.loss_forwards(fn, op)]
+                    fwds = res.loss_forwards(fn, op)
+                    cand = [(f.target, move_at(f)) for f in fwds]
                     cand = [(t, m) for t, m in cand if m is not None]
+                    if not cand:
+                        # no move of the model seen: the input moved in the forward's own call
+                        cand = [(f.target, m) for f in fwds for m in (res.inline_input_move(fn, f),) if m]
+                        inline = bool(cand)
                     if not cand:
                         continue
                     model, mv = cand[0]
@@ -170,15 +176,18 @@ for x, y in loader:
                     if not loops:
                         continue
                     placements = [res.loader_placement(fn, lp) for lp in loops]
-                    if any(p != "host" for p in placements):
-                        continue
+                    if any(p != "host" and not (p is None and inline) for p in placements):
+                        continue  # (the loop sends the batch's inputs to the device: they come on the host)
                 a, facts = bad[0]
                 name = mm.code_for(a.value).strip()
                 where = f"line {mm.line_of(mv.node)}"
                 moved_with = mm.code_for(mv.node).strip()
                 if len(moved_with) > 50:
                     moved_with = moved_with[:47] + "..."
-                if op.kind == LOSS:
+                if op.kind == LOSS and inline:
+                    target = "the loss"
+                    moved = f"with the outputs of `{model}`, whose input is moved to the accelerator"
+                elif op.kind == LOSS:
                     target = "the loss"
                     moved = f"with the outputs of `{model}`, which was moved to the accelerator"
                 else:

@@ -721,6 +721,11 @@ class Dataflow:
         # enumerate(loader) / tqdm(loader) / zip(...)
         while isinstance(it, cst.Call) and dotted(it.func) in ("enumerate", "tqdm", "tqdm.tqdm", "iter") and it.args:
             it = it.args[0].value
+        if isinstance(it, cst.Name) and loop.iter is it:
+            # ``pbar = tqdm(enumerate(loader), total=n)`` then ``for i, (x, y) in pbar:``
+            from .resources import loop_iterable
+
+            it = loop_iterable(self.mm, self.fn, it)
         if _is_param_iter(it):
             return frozenset({"param"})
         role = self.resolver.of_expr(self.fn, it)[0]

@@ -63,6 +63,18 @@ def strip_iter_wrappers(expr):
     return expr
 
 
+def loop_iterable(mm, fn, expr):
+    """What a loop of ``fn`` iterates, wrappers stripped (see ``strip_iter_wrappers``), also
+    through a local name bound to a wrapped one (``pbar = tqdm(enumerate(loader), total=n)``,
+    ``for i, (x, y) in pbar:``) -> ``loader``."""
+    expr = strip_iter_wrappers(expr)
+    if isinstance(expr, cst.Name):
+        d = mm.resolver.definition(fn, expr.value)
+        if d is not None and d[0] is fn and isinstance(d[1], cst.Call) and dotted(d[1].func) in ITER_WRAPPERS:
+            return strip_iter_wrappers(d[1])
+    return expr
+
+
 def _constant_key(target: cst.Subscript) -> bool:
     """``d["loss"] = v`` / ``row[0] = v``: every index of the subscript is a literal, so each
     iteration replaces the same entry."""
@@ -452,6 +464,18 @@ class Resources:
         if self.is_cpu_device(fn, v):
             return False, None
         return True, v
+
+    def inline_input_move(self, fn, fwd: CallOp) -> Optional[Move]:
+        """The move to an accelerator written in the call of a forward (``self.model(data.to(
+        self.device))``): the model runs where its input is sent, even where nothing seen
+        moves the model (a trainer class given a model moved by its caller)."""
+        for o in walk(fn.body):
+            if isinstance(o, CallOp) and o.attr in ("to", "cuda") and o.loop is fwd.loop \
+                    and any(a.value is o.node for a in fwd.args):
+                ok, dev = self.move_device(fn, o)
+                if ok:
+                    return Move(o.node, dev, fn, o.attr == "cuda")
+        return None
 
     def model_move(self, fn, path: Optional[str], depth: int = 0) -> Optional[Move]:
         """How the model at ``path`` (seen from ``fn``) was moved to an accelerator, if it was."""

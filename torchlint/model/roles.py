@@ -256,6 +256,8 @@ class RoleResolver:
                 site = param_role(self.mm, fn, name)
                 if site is not None and site[0] == catalog.LOSS:
                     return site
+                if site is None and catalog.role_from_name(name) == catalog.LOSS:
+                    return (catalog.LOSS, catalog.OTHER_LOSS)  # ``criterion: nn.Module``, no call site says
             if q in catalog.ANNOTATION_ROLES:
                 return (catalog.ANNOTATION_ROLES[q], None)
             if d:
