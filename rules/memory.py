@@ -28,6 +28,13 @@ def _graph_accumulations(mm):
             vname = dotted(acc.value) if isinstance(acc.value, (cst.Name, cst.Attribute)) else ""
             is_loss = bool(acc.facts & {"loss", "holds_loss"}) or "loss" in (vname or "").rsplit(".", 1)[-1].lower()
             yield fn, acc, is_loss
+    for fn in mm.all_functions:
+        for acc in res.step_accumulations(fn):  # a Lightning ``training_step``: one iteration per call
+            if not (acc.facts & {"graph", "holds_loss"}) or acc.op.grad == GRAD_OFF:
+                continue
+            vname = dotted(acc.value) if isinstance(acc.value, (cst.Name, cst.Attribute)) else ""
+            is_loss = bool(acc.facts & {"loss", "holds_loss"}) or "loss" in (vname or "").rsplit(".", 1)[-1].lower()
+            yield fn, acc, is_loss
 
 
 def _wrap(code: str, node, method: str) -> str:
@@ -95,7 +102,7 @@ for x, y in loader:
             if "holds_loss" in acc.facts and "graph" not in acc.facts:
                 code = mm.code_for(acc.value)
                 yield Report(acc.op.node,
-                             f"`{code}` holds a loss that requires grad (an item of it was backwarded) "
+                             f"`{code}` holds a loss that requires grad "
                              f"and is {what} `{acc.container}` across training iterations, keeping "
                              "every iteration's autograd graph alive; store the loss item "
                              "`.detach()`ed (or `.item()`)", scope=fn.qualname)

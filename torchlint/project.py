@@ -14,7 +14,7 @@ _STDLIB = frozenset(getattr(sys, "stdlib_module_names", ())) - {"test"}
 _SHAPE_KEYS = frozenset(("name", "qualname", "path", "line", "params", "free"))
 # facts a call's value inherits from what the callee returns
 RETURN_KEEP = frozenset({"graph", "loss", "probs", "logprobs", "sigmoid", "logits", "moved", "indices",
-                         "detached", "scalar", "model_out", "fresh", "float"})
+                         "detached", "scalar", "model_out", "fresh", "float", "holds_loss"})
 # facts of what a function returns that the project tells its callers (asked as RET/RETB) but
 # that their dataflow does not inherit: "cpu_tensor", a tensor the function creates on the CPU
 RETURN_TOLD = frozenset({"cpu_tensor"})

@@ -769,7 +769,9 @@ class Dataflow:
                 for te, f in zip(elts, items):
                     # ``X, Y = build_dataset(words)``: only ``Y`` holds the class indices; a model's
                     # ``pred, depth = model(x)``: each item what its forward says
-                    self._bind(te, None, (elem - (_ITEM_ONLY - f)) | (f & {"indices"}) | (f if fwd else EMPTY), env)
+                    # (the item the function returns a loss in, ``return log, out`` with a loss in
+                    # ``log``, is that loss's holder)
+                    self._bind(te, None, (elem - (_ITEM_ONLY - f)) | (f & {"indices", "loss", "holds_loss"}) | (f if fwd else EMPTY), env)
             else:
                 elem = vf - {"loss"} if "batch" not in vf else frozenset({"batch"} | (vf & {"moved"}))
                 for i, te in enumerate(elts):
@@ -856,6 +858,14 @@ class Dataflow:
             for el in e.elements:
                 out = out | self.facts(el.value, env)
             return out & {"graph", "loss", "batch", "moved", "grad_in", "param_in"}
+        if tp is cst.Dict:
+            # ``{"loss": loss, "n_samples": n}`` (a step's log): it holds a loss with its graph
+            for el in e.elements:
+                if isinstance(el, cst.DictElement):
+                    f = self.facts(el.value, env)
+                    if "loss" in f and "graph" in f or "holds_loss" in f:
+                        return frozenset({"holds_loss"})
+            return EMPTY
         if tp is cst.DictComp:
             return self._dictcomp_facts(e, env)
         if (tp is cst.ListComp or tp is cst.GeneratorExp) and e.for_in.inner_for_in is None \

@@ -1400,6 +1400,46 @@ class Resources:
         self._accs[id(fn)] = out
         return out
 
+    def step_accumulations(self, fn) -> list:
+        """In a function a framework runs once per training batch (a LightningModule's
+        ``training_step``, see ``queries.implicit_loop``): the values stored into a container
+        that outlives the call (``self.training_step_outputs.append(log)``) and that the
+        function itself never resets: kept across training iterations (until an epoch hook
+        empties it, at best)."""
+        from .queries import implicit_loop
+
+        if not implicit_loop(self.mm, fn):
+            return []
+        returned = {r.value.value for r in all_ops(fn) if isinstance(r, ReturnOp) and isinstance(r.value, cst.Name)}
+        out = []
+        for acc in self._unlooped_accumulations(fn):
+            if acc.container.startswith("self.") and not self._resets(fn, acc.container):
+                if isinstance(acc.value, cst.Name) and acc.value.value in returned:
+                    # what ``training_step`` returns is the loss Lightning backwards (or a dict
+                    # holding it under "loss"): it carries the graph of the step
+                    acc.facts = acc.facts | {"holds_loss"}
+                out.append(acc)
+        return out
+
+    def _unlooped_accumulations(self, fn) -> list:
+        out = []
+        for op in all_ops(fn):
+            if op.loop is not None:
+                continue
+            if isinstance(op, AssignOp) and op.value is not None and op.aug in (
+                    "AddAssign", "SubtractAssign", "MultiplyAssign", "DivideAssign"):
+                c = base_path(op.targets[0])
+                if c:
+                    out.append(Accumulation(op, fn, c, op.value, op.value_facts, "aug", ()))
+            elif isinstance(op, CallOp) and op.attr in ("append", "extend", "insert", "appendleft") \
+                    and op.recv_node is not None and op.args:
+                c = base_path(op.recv_node)
+                if c:
+                    i = len(op.args) - 1
+                    facts = op.arg_facts[i] if i < len(op.arg_facts) else frozenset()
+                    out.append(Accumulation(op, fn, c, op.args[i].value, facts, op.attr, ()))
+        return out
+
     def _resets(self, fn, path: str) -> list:
         """Ops that give ``path`` a fresh value (not ``x = x + v``), or clear it."""
         out = []
