@@ -25,16 +25,18 @@ def _graph_accumulations(mm):
                 continue
             if res.consumed_by_backward(acc):
                 continue
-            vname = dotted(acc.value) if isinstance(acc.value, (cst.Name, cst.Attribute)) else ""
-            is_loss = bool(acc.facts & {"loss", "holds_loss"}) or "loss" in (vname or "").rsplit(".", 1)[-1].lower()
-            yield fn, acc, is_loss
+            yield fn, acc, _is_loss(acc)
     for fn in mm.all_functions:
         for acc in res.step_accumulations(fn):  # a Lightning ``training_step``: one iteration per call
             if not (acc.facts & {"graph", "holds_loss"}) or acc.op.grad == GRAD_OFF:
                 continue
-            vname = dotted(acc.value) if isinstance(acc.value, (cst.Name, cst.Attribute)) else ""
-            is_loss = bool(acc.facts & {"loss", "holds_loss"}) or "loss" in (vname or "").rsplit(".", 1)[-1].lower()
-            yield fn, acc, is_loss
+            yield fn, acc, _is_loss(acc)
+
+
+def _is_loss(acc) -> bool:
+    """The kept value is a loss (or holds one), by its facts or, failing those, by its name."""
+    vname = dotted(acc.value) if isinstance(acc.value, (cst.Name, cst.Attribute)) else ""
+    return bool(acc.facts & {"loss", "holds_loss"}) or "loss" in (vname or "").rsplit(".", 1)[-1].lower()
 
 
 def _wrap(code: str, node, method: str) -> str:

@@ -75,6 +75,22 @@ def loop_iterable(mm, fn, expr):
     return expr
 
 
+def _store(op, fn) -> "Optional[Accumulation]":
+    """``c += v`` (``-=``, ``*=``, ``/=``) or ``c.append(v)`` (``extend``, ``insert``,
+    ``appendleft``): the value ``op`` stores into the container ``c``, if it is one of those."""
+    if isinstance(op, AssignOp) and op.value is not None and op.aug in (
+            "AddAssign", "SubtractAssign", "MultiplyAssign", "DivideAssign"):
+        c = base_path(op.targets[0])
+        return Accumulation(op, fn, c, op.value, op.value_facts, "aug", ()) if c else None
+    if isinstance(op, CallOp) and op.attr in ("append", "extend", "insert", "appendleft") \
+            and op.recv_node is not None and op.args:
+        c = base_path(op.recv_node)
+        i = len(op.args) - 1
+        facts = op.arg_facts[i] if i < len(op.arg_facts) else frozenset()
+        return Accumulation(op, fn, c, op.args[i].value, facts, op.attr, ()) if c else None
+    return None
+
+
 def _constant_key(target: cst.Subscript) -> bool:
     """``d["loss"] = v`` / ``row[0] = v``: every index of the subscript is a literal, so each
     iteration replaces the same entry."""
@@ -1365,14 +1381,10 @@ class Resources:
         for op in all_ops(fn):
             if op.loop is None:
                 continue
-            if isinstance(op, AssignOp) and op.value is not None:
-                if op.aug is not None:
-                    if op.aug not in ("AddAssign", "SubtractAssign", "MultiplyAssign", "DivideAssign"):
-                        continue
-                    c = base_path(op.targets[0])
-                    if c:
-                        out.append(Accumulation(op, fn, c, op.value, op.value_facts, "aug", ()))
-                    continue
+            store = _store(op, fn)
+            if store is not None:
+                out.append(store)
+            elif isinstance(op, AssignOp) and op.value is not None and op.aug is None:
                 for t in op.targets:
                     if isinstance(t, cst.Subscript):
                         if _constant_key(t):
@@ -1386,15 +1398,6 @@ class Resources:
                                 type(op.value.operator).__name__ in ("Add", "Subtract") and \
                                 d in (dotted(op.value.left), dotted(op.value.right)):
                             out.append(Accumulation(op, fn, d, op.value, op.value_facts, "selfadd", ()))
-            elif isinstance(op, CallOp) and op.attr in ("append", "extend", "insert", "appendleft") \
-                    and op.recv_node is not None and op.args:
-                c = base_path(op.recv_node)
-                if not c:
-                    continue
-                i = len(op.args) - 1
-                a = op.args[i]
-                facts = op.arg_facts[i] if i < len(op.arg_facts) else frozenset()
-                out.append(Accumulation(op, fn, c, a.value, facts, op.attr, ()))
         for acc in out:
             acc.loops = self._accumulating_loops(fn, acc)
         self._accs[id(fn)] = out
@@ -1412,32 +1415,13 @@ class Resources:
             return []
         returned = {r.value.value for r in all_ops(fn) if isinstance(r, ReturnOp) and isinstance(r.value, cst.Name)}
         out = []
-        for acc in self._unlooped_accumulations(fn):
-            if acc.container.startswith("self.") and not self._resets(fn, acc.container):
+        for acc in (_store(op, fn) for op in all_ops(fn) if op.loop is None):
+            if acc is not None and acc.container.startswith("self.") and not self._resets(fn, acc.container):
                 if isinstance(acc.value, cst.Name) and acc.value.value in returned:
                     # what ``training_step`` returns is the loss Lightning backwards (or a dict
                     # holding it under "loss"): it carries the graph of the step
                     acc.facts = acc.facts | {"holds_loss"}
                 out.append(acc)
-        return out
-
-    def _unlooped_accumulations(self, fn) -> list:
-        out = []
-        for op in all_ops(fn):
-            if op.loop is not None:
-                continue
-            if isinstance(op, AssignOp) and op.value is not None and op.aug in (
-                    "AddAssign", "SubtractAssign", "MultiplyAssign", "DivideAssign"):
-                c = base_path(op.targets[0])
-                if c:
-                    out.append(Accumulation(op, fn, c, op.value, op.value_facts, "aug", ()))
-            elif isinstance(op, CallOp) and op.attr in ("append", "extend", "insert", "appendleft") \
-                    and op.recv_node is not None and op.args:
-                c = base_path(op.recv_node)
-                if c:
-                    i = len(op.args) - 1
-                    facts = op.arg_facts[i] if i < len(op.arg_facts) else frozenset()
-                    out.append(Accumulation(op, fn, c, op.args[i].value, facts, op.attr, ()))
         return out
 
     def _resets(self, fn, path: str) -> list:
