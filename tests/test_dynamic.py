@@ -44,7 +44,7 @@ DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
     not torch.cuda.is_available(), reason="no CUDA device on this machine"))]
 # programs that need packages the test environment may not have
 _OPTIONAL = ("accelerate", "lightning", "pytorch_lightning", "transformers", "timm", "torchvision", "gym", "cv2",
-             "numpy", "diffusers", "mxnet", "matplotlib", "sklearn", "ignite", "monai", "torch_geometric")
+             "numpy", "diffusers", "mxnet", "matplotlib", "sklearn", "ignite", "monai", "torch_geometric", "ogb")
 # the rules whose probes came with issue 23 (and the six rules of the catalogue that followed it):
 # their buggy fixtures are confirmed by the whole pipeline (harness, model construction or script),
 # with the stand-ins it uses
