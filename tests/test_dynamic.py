@@ -637,3 +637,20 @@ def test_a_finding_on_a_call_whose_callee_evaluates_is_never_refuted():
     finally:
         os.chdir(cwd)
     assert f.dynamic["verdict"] != "refuted", f.dynamic["evidence"]
+
+
+def test_celeba_stand_in_yields_attribute_vectors_as_torchvision_does():
+    """CelebA's default target is a vector of 40 binary attributes; a notebook's
+    `target_transform=lambda attr: attr[31]` (smiling) indexes it. The stand-in gives the same
+    shape, and the class-index form only for another target_type."""
+    from torchlint.dynamic import standins
+
+    celeba = standins._dataset_class("CelebA")
+    ds = celeba(root=".", split="train", target_type="attr", target_transform=lambda attr: attr[31])
+    x, y = ds[0]
+    assert tuple(x.shape) == (3, 64, 64)
+    assert int(y) in (0, 1)
+    _, attrs = celeba(root=".", split="valid")[3]
+    assert tuple(attrs.shape) == (40,) and set(attrs.tolist()) <= {0, 1}
+    _, ident = celeba(root=".", split="valid", target_type="identity")[3]
+    assert isinstance(ident, int)

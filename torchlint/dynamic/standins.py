@@ -138,10 +138,14 @@ _N = 256
 
 
 class _Dataset(torch.utils.data.Dataset):
-    def __init__(self, name, shape, classes, seg=False, transform=None, target_transform=None, size=_N):
+    def __init__(self, name, shape, classes, seg=False, transform=None, target_transform=None, size=_N,
+                 attrs=False):
         g = torch.Generator().manual_seed(0)
         self.images = torch.rand((size,) + tuple(shape), generator=g)
-        if seg:
+        self.attrs = attrs
+        if attrs:  # CelebA's target_type="attr": a 0/1 vector of `classes` attributes per image
+            self.targets = torch.randint(0, 2, (size, classes), generator=g)
+        elif seg:
             self.targets = torch.randint(0, classes, (size,) + tuple(shape[1:]), generator=g)
         else:
             self.targets = torch.randint(0, classes, (size,), generator=g)
@@ -155,7 +159,7 @@ class _Dataset(torch.utils.data.Dataset):
 
     def __getitem__(self, i):
         x = self.images[i]
-        y = self.targets[i] if self.seg else int(self.targets[i])
+        y = self.targets[i] if self.seg or self.attrs else int(self.targets[i])
         if self.pil:
             from torchvision.transforms.functional import to_pil_image
 
@@ -180,6 +184,9 @@ def _dataset_class(name):
             ncls = int(k.get("num_classes", 10))
             ds = _Dataset(name, shp, ncls, False, transform, target_transform, size=min(size, _N))
             what = f"{min(size, _N)} random {list(shp)} images of {ncls} classes"
+        elif name == "CelebA" and k.get("target_type", "attr") == "attr":
+            ds = _Dataset(name, shape, classes, False, transform, target_transform, attrs=True)
+            what = f"{_N} random {list(shape)} images with {classes} binary attributes each"
         else:
             ds = _Dataset(name, shape, classes, seg, transform, target_transform)
             what = (f"{_N} random {list(shape)} images with [{shape[1]}, {shape[2]}] masks of {classes} classes"
