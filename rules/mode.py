@@ -14,10 +14,11 @@ from torchlint.model.ir import (
 from torchlint.model.queries import (
     analysable_functions, call_runs_backward, eval_arm_forwards, eval_step_helpers, evaluates_after_training, evaluates_drawn_batch,
     forward_records_no_graph, helper_forward_keys, lightning_eval_hook, is_kind, model_call_target, names_in,
-    iteration, local_function, reaches_backward, steps_or_updates, training_loop_before, trains, untrained_here,
+    iteration, local_function, reaches_backward, shape_probe, steps_or_updates, training_loop_before, trains, untrained_here,
     untrained_path_here, uses_autograd, within,
 )
 from torchlint.model.roles import is_eval_name
+from torchlint.model.sizes import rollout_handed_to_backward, runs_few_times
 from torchlint.rule import Report, Rule
 
 from . import register
@@ -250,8 +251,8 @@ print(evaluate(model, test_loader))
                         evaluates_after_training(mm, fn, op))
                     drawn = None if evalish else evaluates_drawn_batch(mm, fn, op)
                     evalish = evalish or drawn is not None
-                    if not evalish or untrained_here(mm, fn, op):
-                        continue  # not evaluation, or a model that was never trained (a shape check)
+                    if not evalish or untrained_here(mm, fn, op) or shape_probe(mm, fn, op):
+                        continue  # not evaluation, or a model never trained or looked at for its output's shape
                     modes = flow.at.get(id(op), frozenset())
                     if modes and all(_loaded(o) for _, o in modes):
                         continue  # from_pretrained() returned it in eval mode
@@ -516,7 +517,13 @@ class EvalWithoutNoGrad(Rule):
         "Without `torch.no_grad()` or `torch.inference_mode()`, every forward pass in an "
         "evaluation loop records the autograd graph and keeps activations alive for a backward "
         "that never comes: evaluation uses several times the memory it needs (often the cause of "
-        "out-of-memory errors at validation time) and runs slower."
+        "out-of-memory errors at validation time) and runs slower.\n\n"
+        "A loop the code bounds to a few iterations with literals is not reported: twelve test "
+        "images predicted for a plot (`for i in range(12):`), a 200-character sample generated "
+        "(`range(max_len)` after `max_len = 200`, or a parameter whose default and every call pass "
+        "a small literal), `xs[:8]`, a literal list, `if i == 3: break` at the top of the loop. A "
+        "handful of small graphs, each freed at the next step, costs nothing worth a warning; a "
+        "loop over a loader, a dataset or a size from the command line is reported."
     )
     example = """\
 model.eval()
@@ -573,8 +580,10 @@ with torch.no_grad():
                 targets = [o.target for o in fwds] + [p for _, p in runs]
                 if targets and not helpers and all(forward_records_no_graph(mm, fn, t) for t in targets):
                     continue  # frozen models, forwards that run under no_grad: no graph to build
-                if _feeds_backward(mm, fn, loop):
+                if _feeds_backward(mm, fn, loop) or rollout_handed_to_backward(mm, fn, loop):
                     continue
+                if runs_few_times(mm, fn, loop, seen):
+                    continue  # a few samples to look at (``range(12)``, 200 characters): a handful of small graphs
                 modes = set()
                 for o in fwds + [o for o, _ in runs]:
                     modes |= {m for m, _ in flow.at.get(id(o), frozenset())}

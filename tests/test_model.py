@@ -840,3 +840,66 @@ def test_schedule_functions_return_numbers_not_the_batch_they_are_given():
              if op.func in ("linear_warmup", "keep")}
     assert facts["linear_warmup"] == {"scalar"}  # given the loop's counter, still a number
     assert "batch" in facts["keep"]  # the batch passed through is still the batch
+
+
+def test_loop_iterations_from_literal_evidence_only():
+    from torchlint.model.ir import LoopOp, all_ops
+    from torchlint.model.sizes import loop_iterations
+
+    mm = build('''
+        import torch
+        MAX_LENGTH = 10
+        STEPS = 5
+        STEPS = 7
+
+        def decode(decoder, x, max_length=MAX_LENGTH):
+            for di in range(max_length):
+                x = decoder(x)
+
+        def sample(model, prime, size):
+            for ch in prime:
+                model(ch)
+            for ii in range(size):
+                model(ii)
+
+        def generate(model, args):
+            for i in range(args.words):
+                model(i)
+
+        def run(model, loader, xs):
+            max_len = 100
+            for _ in range(max_len):
+                model(None)
+            for i in range(-5, 6):
+                model(i)
+            for img in xs[:8]:
+                model(img)
+            for img in [xs[0], xs[1], xs[2]]:
+                model(img)
+            for ix, batch in enumerate(loader):
+                if ix == 3:
+                    break
+                model(batch)
+            for batch in loader:
+                model(batch)
+            for k in range(STEPS):
+                model(k)
+            while True:
+                model(None)
+            grown = [1, 2]
+            grown.append(3)
+            for g in grown:
+                model(g)
+
+        sample(None, "Anna", 1000)
+        sample(None, "The", size=200)
+    ''')
+
+    def bounds(name):
+        fn = fn_named(mm, name)
+        return [loop_iterations(mm, fn, o) for o in all_ops(fn) if isinstance(o, LoopOp)]
+
+    assert bounds("decode") == [10]  # the default, a module constant; no call passes another
+    assert bounds("sample") == [4, 1000]  # the longest prime and size any call passes
+    assert bounds("generate") == [None]  # a command-line argument: no bound
+    assert bounds("run") == [100, 11, 8, 3, 4, None, 7, None, None]

@@ -342,7 +342,12 @@ def test_forward_shape():
     assert lint(src, name="train.py") == []
     loaded = src.replace("    model = Net()\n", "    model = Net()\n    model.load_state_dict(torch.load('net.pt'))\n")
     assert lint(loaded, name="test_net.py") == []
-    assert lint(loaded, name="train.py") == [("TL201", 18)]
+    # a loaded model whose output is only looked at for its shape is a smoke test too (the
+    # cookbook's `y = model(torch.zeros(...)); print(y.shape)`); its predictions are evaluation
+    assert lint(loaded, name="train.py") == []
+    predicted = loaded.replace("assert model(torch.randn(2, 8)).shape == (2, 2)",
+                               "assert model(torch.randn(2, 8)).argmax(1).tolist() == [0, 1]")
+    assert lint(predicted, name="train.py") == [("TL201", 18)]
 
 
 # ------------------------------------------------------------------------ TL202

@@ -807,33 +807,117 @@ def _items(items: Optional[tuple]) -> list:
 
 
 def _backward_condition(fn, calls, sub) -> Optional[list]:
-    """``[parameter, truth]`` when every backward the function runs (its own and its
-    callees') is guarded by a test of the same parameter (``if not cross_valid:
-    loss.backward()``): a call that passes the other truth value as a literal
-    (``run_epoch(loader, cross_valid=True)``) runs no backward."""
+    """``[parameter, truth, test, literal, default]`` when every backward the function runs
+    (its own and its callees') is guarded by one test of the same parameter: ``if not
+    cross_valid:`` (test ``"bool"``), ``if opt is not None:`` (``"none"``: the test is "not
+    None"), ``if type_ == 'train':`` (``"eq"`` with the literal); ``truth`` is the value of
+    the test on which the backward runs, ``default`` the test's value for the parameter's
+    literal default (``None`` when unknown).  A call that passes, or leaves at its default,
+    a value of the other truth (``run_epoch(loader, cross_valid=True)``, ``loss_epoch(model,
+    loss_func, val_dl)`` with ``opt=None``, ``all_batches('valid')``) runs no backward.  A
+    callee's condition on a parameter the function passes it its own parameter for
+    (``loss_batch(loss_func, out, y, opt)`` in ``loss_epoch(..., opt=None)``) is the
+    function's condition; a call that passes the callee a value of the other truth is no
+    backward site."""
     params = {p.lstrip("*") for p in fn.params}
-    sites = list(function_events(fn, (BACKWARD,))) + [op for op, s in zip(calls, sub) if s.get("backward")]
+    own = list(function_events(fn, (BACKWARD,)))
+    sites = [(op, None) for op in own] + [(op, s) for op, s in zip(calls, sub) if s.get("backward")]
     found = set()
-    for op in sites:
+    for op, s in sites:
         cond = None
         for br, arm in op.guards:
             t = _param_truth(br.test, params) if isinstance(br.node, cst.If) else None
             if t is not None:
-                cond = (t[0], t[1] if arm == 0 else not t[1])
+                cond = (t[0], t[1] if arm == 0 else not t[1], t[2], t[3])
                 break
+        if cond is None and s is not None and s.get("backward_if"):
+            arg = _cond_arg(op, s)
+            c = s["backward_if"]
+            if arg is _NOT_PASSED:
+                if len(c) > 4 and c[4] is not None and c[4] != c[1]:
+                    continue  # the callee's default skips its backward
+            elif arg is not None:
+                v = test_value(c[2] if len(c) > 2 else "bool", c[3] if len(c) > 3 else None, arg)
+                if v is not None and v != c[1]:
+                    continue  # this call passes the value that skips the callee's backward
+                if isinstance(arg, cst.Name) and arg.value in params:
+                    cond = (arg.value, c[1], c[2] if len(c) > 2 else "bool", c[3] if len(c) > 3 else None)
         if cond is None:
             return None
         found.add(cond)
-    return list(found.pop()) if len(found) == 1 else None
+    if not sites or len(found) != 1:
+        return None
+    name, truth, kind, lit = found.pop()
+    d = fn.defaults.get(name)
+    return [name, truth, kind, lit, test_value(kind, lit, d) if d is not None else None]
+
+
+_NOT_PASSED = object()
+
+
+def _cond_arg(op, summ):
+    """The expression ``op`` passes for the parameter its callee's ``backward_if`` tests,
+    ``_NOT_PASSED`` when it passes none (the default applies), or ``None`` when unknown
+    (``*args``/``**kwargs``)."""
+    name = summ["backward_if"][0]
+    params = list(summ.get("params", ()))
+    if params and params[0] in ("self", "cls") and (op.func or "").startswith(("self.", "cls.")):
+        params = params[1:]
+    for a in op.args:
+        if a.keyword is not None and a.keyword.value == name:
+            return a.value
+    if any(a.star == "**" for a in op.args):
+        return None
+    positional = [a for a in op.args if a.keyword is None]
+    if name not in params:
+        return None
+    i = params.index(name)
+    if any(a.star for a in positional[:i + 1]):
+        return None
+    return positional[i].value if i < len(positional) else _NOT_PASSED
+
+
+def test_value(kind: str, lit, expr) -> Optional[bool]:
+    """The value of a guard test (see :func:`_backward_condition`) for a literal argument
+    ``expr``, or ``None`` when ``expr`` is no literal."""
+    if isinstance(expr, cst.Name) and expr.value in ("True", "False", "None"):
+        if kind == "none":
+            return expr.value != "None"
+        if kind == "eq":
+            return None
+        return expr.value == "True"
+    if isinstance(expr, (cst.Integer, cst.SimpleString)):
+        v = expr.evaluated_value
+        if kind == "none":
+            return True
+        if kind == "eq":
+            return v == lit
+        return bool(v)
+    return None
 
 
 def _param_truth(test, params):
-    """``p`` -> (p, True), ``not p`` -> (p, False) for a parameter ``p``; else None."""
+    """``p`` -> (p, True, "bool", None), ``not p`` -> (p, False, "bool", None), ``p is not
+    None`` -> (p, True, "none", None), ``p is None`` -> (p, False, "none", None), ``p ==
+    'train'`` -> (p, True, "eq", "train"), ``p != 'train'`` -> (p, False, "eq", "train") for a
+    parameter ``p``; else None."""
     if isinstance(test, cst.Name) and test.value in params:
-        return test.value, True
+        return test.value, True, "bool", None
     if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not) \
             and isinstance(test.expression, cst.Name) and test.expression.value in params:
-        return test.expression.value, False
+        return test.expression.value, False, "bool", None
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1 and isinstance(test.left, cst.Name) \
+            and test.left.value in params:
+        op, right = test.comparisons[0].operator, test.comparisons[0].comparator
+        if isinstance(right, cst.Name) and right.value == "None":
+            if isinstance(op, cst.IsNot):
+                return test.left.value, True, "none", None
+            if isinstance(op, cst.Is):
+                return test.left.value, False, "none", None
+        if isinstance(right, (cst.SimpleString, cst.Integer)) and isinstance(op, (cst.Equal, cst.NotEqual)):
+            v = right.evaluated_value
+            if isinstance(v, (str, int)):
+                return test.left.value, isinstance(op, cst.Equal), "eq", v
     return None
 
 

@@ -16,8 +16,8 @@ from .binder import dotted
 from .dataflow import code_children
 from .flow import norm_path
 from .ir import (
-    AUTOGRAD_GRAD, BACKWARD, CALL, CLEAR, FORWARD, GRAD_OFF, LOSS, MODE, MOVE, SCHED_STEP, STEP, AssignOp, CallOp,
-    LoopOp,
+    AUTOGRAD_GRAD, BACKWARD, CALL, CLEAR, FORWARD, GRAD_OFF, LOSS, MODE, MOVE, SCHED_STEP, STEP, AssignOp, BranchOp,
+    CallOp, LoopOp,
     ReturnOp, all_ops, walk,
 )
 
@@ -974,33 +974,28 @@ _BUILTINS = frozenset({"print", "len", "float", "int", "str", "bool", "repr", "f
 
 def call_runs_backward(op: CallOp, summ: Optional[dict]) -> bool:
     """Whether the call ``op`` of a function summarised by ``summ`` may run a backward: not
-    when every backward of the callee is guarded by a parameter (``backward_if``) that the
-    call passes as a literal of the other truth value (``run_epoch(cross_valid=True)`` of a
-    ``def run_epoch(loader, cross_valid=False)`` whose backward is under ``if not cross_valid``)."""
+    when every backward of the callee is guarded by a test of a parameter (``backward_if``)
+    that the call passes a literal of the other truth value for (``run_epoch(cross_valid=True)``
+    of a ``def run_epoch(loader, cross_valid=False)`` whose backward is under ``if not
+    cross_valid``; ``all_batches('valid')`` of one under ``if type_ == 'train':``), or leaves
+    at a default of the other truth value (``loss_epoch(model, loss_func, val_dl)`` of a
+    ``def loss_epoch(..., opt=None)`` that steps only ``if opt is not None:``)."""
+    from .flow import _NOT_PASSED, _cond_arg, test_value
+
     if not summ or not summ.get("backward"):
         return False
     cond = summ.get("backward_if")
     if not cond:
         return True
-    name, truth = cond
-    params = list(summ.get("params", ()))
-    if params and params[0] in ("self", "cls") and (op.func or "").startswith(("self.", "cls.")):
-        params = params[1:]
-    arg = next((a for a in op.args if a.keyword is not None and a.keyword.value == name), None)
-    if arg is None and name in params:
-        positional = [a for a in op.args if a.keyword is None and a.star != "**"]
-        i = params.index(name)
-        if any(a.star for a in positional[:i + 1]):
-            return True
-        arg = positional[i] if i < len(positional) else None
+    truth = cond[1]
+    arg = _cond_arg(op, summ)
     if arg is None:
-        return True  # the default applies (or ``**kwargs`` may pass it): unknown here
-    v = arg.value
-    if isinstance(v, cst.Name) and v.value in ("True", "False", "None"):
-        return (v.value == "True") == truth
-    if isinstance(v, cst.Integer):
-        return (v.value.strip("0_") != "") == truth
-    return True
+        return True  # ``*args``/``**kwargs`` may pass it: unknown here
+    if arg is _NOT_PASSED:
+        default = cond[4] if len(cond) > 4 else None
+        return default is None or default == truth
+    v = test_value(cond[2] if len(cond) > 2 else "bool", cond[3] if len(cond) > 3 else None, arg)
+    return v is None or v == truth
 
 
 def is_scalar_tensor(mm, fn, expr, facts, depth: int = 0) -> bool:
@@ -1682,3 +1677,73 @@ def _step_sets_epoch(step) -> bool:
         if isinstance(o, CallOp) and o.attr == "step" and any(p in _read_names(a.value) for a in o.args):
             return True
     return False
+
+
+_SHAPE_ATTRS = frozenset({"shape", "size", "dim", "ndim", "ndimension", "dtype", "device", "numel"})
+
+
+def shape_probe(mm, fn, op) -> bool:
+    """The forward ``op``'s output is only looked at for its shape (``y = model(x);
+    print(y.shape)``, ``print(model(x).size())``): a smoke test of a freshly built network,
+    which measures nothing whatever the mode.  Every read of the name it is bound to, up to
+    the name's next assignment in ``fn``, is ``y.shape``/``y.size()``/``y.dtype``...; a
+    forward whose output is unused, returned or read otherwise is no probe."""
+    stmt = op.stmt
+    if stmt is None:
+        return False
+    uses = [u for u in _reads_of_node(stmt, op.node)]
+    if uses:
+        return all(u in _SHAPE_ATTRS for u in uses)
+    owner = next((o for o in all_ops(fn) if isinstance(o, AssignOp) and o.value is op.node and o.aug is None), None)
+    if owner is None or len(owner.targets) != 1 or not isinstance(owner.targets[0], cst.Name):
+        return False
+    name = owner.targets[0].value
+    ops = all_ops(fn)
+    i = ops.index(owner)
+    if op.loop is not None:
+        return False  # read again by the next iteration's code above it
+    seen = False
+    for o in ops[i + 1:]:
+        if isinstance(o, LoopOp) and o.target is not None and name in names_in(o.target):
+            break
+        if isinstance(o, AssignOp) and name in _assigned_names(o):
+            if o.value is not None and any(True for _ in _reads_of_name(o.value, name)):
+                return False
+            break
+        node = o.node if not isinstance(o, (LoopOp, BranchOp)) else (o.iter if isinstance(o, LoopOp) else o.test)
+        if node is None:
+            continue
+        for attr in _reads_of_name(node, name):
+            if attr not in _SHAPE_ATTRS:
+                return False
+            seen = True
+    return seen
+
+
+def _reads_of_node(root, target):
+    """For each place ``target`` (a node) is read inside ``root``: the attribute read on it
+    (``"shape"``), or ``""``; nothing when ``target`` is the whole value of an assignment."""
+    yield from _reads(root, lambda e: e is target)
+
+
+def _reads_of_name(root, name: str):
+    yield from _reads(root, lambda e: isinstance(e, cst.Name) and e.value == name)
+
+
+def _reads(root, match):
+    stack = [(root, None)]
+    while stack:
+        e, parent = stack.pop()
+        if match(e):
+            if isinstance(parent, cst.Attribute) and parent.value is e:
+                yield parent.attr.value
+            elif isinstance(parent, (cst.Assign, cst.AnnAssign)):
+                continue
+            else:
+                yield ""
+            continue
+        if isinstance(e, cst.Attribute):
+            stack.append((e.value, e))
+            continue
+        for c in code_children(e):
+            stack.append((c, e))

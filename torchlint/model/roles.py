@@ -1007,7 +1007,10 @@ class ModeSensitivity:
                 facts = self.mm.project.class_facts(self.mm.project.resolve(info), "mode")
                 if facts is not None and facts.get("is_module"):
                     return bool(facts.get("mode_layers"))
-        d = self.r.definition(fn, path)
+        # top-level code that rebinds ``path`` (a notebook builds one ``model`` per cell): the
+        # binding above ``at``
+        d = (self._last_binding_before(fn, path, at) if at is not None and fn.is_module_level else None) \
+            or self.r.definition(fn, path)
         if d is None:
             got = self._returned_layers(fn, path, depth, at)
             if got is None and path in fn.params and self._sites_pass_mode_free(fn, path, depth):
