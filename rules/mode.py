@@ -12,7 +12,7 @@ from torchlint.model.ir import (
     BACKWARD, CALL, FORWARD, GRAD_OFF, GRAD_ON, GRAD_UNKNOWN, MODE, STEP, AssignOp, CallOp, LoopOp, all_ops, walk,
 )
 from torchlint.model.queries import (
-    analysable_functions, call_runs_backward, eval_arm_forwards, eval_step_helpers, evaluates_after_training, evaluates_drawn_batch,
+    analysable_functions, call_runs_backward, callers_fail_guard, eval_arm_forwards, eval_step_helpers, evaluates_after_training, evaluates_drawn_batch,
     forward_records_no_graph, helper_forward_keys, lightning_eval_hook, is_kind, model_call_target, names_in,
     iteration, local_function, reaches_backward, shape_probe, steps_or_updates, training_loop_before, trains, untrained_here,
     untrained_path_here, uses_autograd, within,
@@ -642,7 +642,12 @@ class BackwardUnderNoGrad(Rule):
         "A call under `no_grad` of a function that trains is reported, except when every backward "
         "of that function is guarded by one of its parameters and the call passes the value that "
         "skips it (`run_epoch(loader, cross_valid=True)` where the backward sits under "
-        "`if not cross_valid:`), and except a backward under a test that is false under "
+        "`if not cross_valid:`; `loss_epoch(model, loss_func, val_dl)` that leaves `opt=None` "
+        "where it steps under `if opt is not None:`; `all_batches('valid')` where it runs under "
+        "`if type_ == 'train':`), except a method called only in the arm of a test of an "
+        "attribute that makes the backward's own test of it false (`else: return "
+        "self.eval_step(x)` after `if self.stage == 'train':`), and except a backward under a "
+        "test that is false under "
         "no_grad or in eval mode (`if loss.requires_grad:`, `if self.model.training:`, "
         "`if torch.is_grad_enabled():`: a step shared by the training and the validation epoch)."
     )
@@ -681,7 +686,9 @@ def train_step(model, x, y, optimizer):
                 elif op.kind == CALL and op.grad == GRAD_OFF:
                     s = mm.summary_of(op.info)
                     if call_runs_backward(op, s) and s.get("grad") != GRAD_ON \
-                            and s.get("backward_inherits_grad", True):
+                            and s.get("backward_inherits_grad", True) \
+                            and not (s.get("backward_if") and (op.func or "").startswith("self.")
+                                     and callers_fail_guard(mm, fn, s["backward_if"])):
                         yield Report(op.node, f"`{s['name']}()` ({s['path']}:{s['line']}) runs `backward()` "
                                      "but is called inside a `no_grad`/`inference_mode` block",
                                      related=(Related(s["path"], s["line"], f"`{s['name']}()` is defined here"),),

@@ -820,6 +820,8 @@ def _backward_condition(fn, calls, sub) -> Optional[list]:
     function's condition; a call that passes the callee a value of the other truth is no
     backward site."""
     params = {p.lstrip("*") for p in fn.params}
+    if fn.cls is not None and fn.params and fn.params[0] == "self":
+        params |= {"self." + a for a in _self_attrs_tested(fn)}  # ``if self.stage == "train":``
     own = list(function_events(fn, (BACKWARD,)))
     sites = [(op, None) for op in own] + [(op, s) for op, s in zip(calls, sub) if s.get("backward")]
     found = set()
@@ -827,6 +829,10 @@ def _backward_condition(fn, calls, sub) -> Optional[list]:
         cond = None
         for br, arm in op.guards:
             t = _param_truth(br.test, params) if isinstance(br.node, cst.If) else None
+            if t is None and arm == 0 and isinstance(br.node, cst.If):
+                # ``if self.optimizer is not None and self.stage == "train":`` runs only when
+                # each operand holds: one of them (a comparison with a literal first) is a condition
+                t = _conjunct_truth(br.test, params)
             if t is not None:
                 cond = (t[0], t[1] if arm == 0 else not t[1], t[2], t[3])
                 break
@@ -896,6 +902,41 @@ def test_value(kind: str, lit, expr) -> Optional[bool]:
     return None
 
 
+def _conjunct_truth(test, params):
+    """For ``a and b and ...``: the condition of one operand, a comparison with a literal
+    preferred (see :func:`_param_truth`), or ``None``."""
+    ops, stack = [], [test]
+    while stack:
+        t = stack.pop()
+        if isinstance(t, cst.BooleanOperation) and isinstance(t.operator, cst.And):
+            stack += [t.right, t.left]
+        else:
+            ops.append(t)
+    if len(ops) < 2:
+        return None
+    found = [c for c in (_param_truth(t, params) for t in ops) if c is not None]
+    return next((c for c in found if c[2] == "eq"), found[0] if found else None)
+
+
+def _self_attrs_tested(fn) -> set:
+    """The ``self.<attr>`` names the guards of ``fn``'s ops compare or test."""
+    out = set()
+    for op in all_ops(fn):
+        for br, _ in op.guards:
+            stack = [br.test] if br.test is not None else []
+            while stack:
+                t = stack.pop()
+                if isinstance(t, cst.BooleanOperation):
+                    stack += [t.left, t.right]
+                elif isinstance(t, cst.UnaryOperation):
+                    stack.append(t.expression)
+                elif isinstance(t, cst.Comparison):
+                    stack.append(t.left)
+                elif isinstance(t, cst.Attribute) and isinstance(t.value, cst.Name) and t.value.value == "self":
+                    out.add(t.attr.value)
+    return out
+
+
 def _param_truth(test, params):
     """``p`` -> (p, True, "bool", None), ``not p`` -> (p, False, "bool", None), ``p is not
     None`` -> (p, True, "none", None), ``p is None`` -> (p, False, "none", None), ``p ==
@@ -906,18 +947,20 @@ def _param_truth(test, params):
     if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not) \
             and isinstance(test.expression, cst.Name) and test.expression.value in params:
         return test.expression.value, False, "bool", None
-    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1 and isinstance(test.left, cst.Name) \
-            and test.left.value in params:
+    if isinstance(test, cst.Attribute) and dotted(test) in params:
+        return dotted(test), True, "bool", None
+    left = dotted(test.left) if isinstance(test, cst.Comparison) else None
+    if left in params and len(test.comparisons) == 1:
         op, right = test.comparisons[0].operator, test.comparisons[0].comparator
         if isinstance(right, cst.Name) and right.value == "None":
             if isinstance(op, cst.IsNot):
-                return test.left.value, True, "none", None
+                return left, True, "none", None
             if isinstance(op, cst.Is):
-                return test.left.value, False, "none", None
+                return left, False, "none", None
         if isinstance(right, (cst.SimpleString, cst.Integer)) and isinstance(op, (cst.Equal, cst.NotEqual)):
             v = right.evaluated_value
             if isinstance(v, (str, int)):
-                return test.left.value, isinstance(op, cst.Equal), "eq", v
+                return left, isinstance(op, cst.Equal), "eq", v
     return None
 
 

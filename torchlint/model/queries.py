@@ -1747,3 +1747,31 @@ def _reads(root, match):
             continue
         for c in code_children(e):
             stack.append((c, e))
+
+
+def callers_fail_guard(mm, fn, cond) -> bool:
+    """``cond`` (a ``backward_if`` on a ``self.<attr>`` test: ``["self.stage", True, "eq",
+    "train", ...]``) is false wherever ``fn`` runs: every call of the method ``fn`` in this
+    module (there is one, and no other module calls it) sits in the arm of the same test that
+    makes it false (``if self.stage == "train": ... else: return self.eval_step(x)``)."""
+    from .callsites import method_sites
+    from .flow import _param_truth
+
+    name = cond[0]
+    if not name.startswith("self.") or fn.cls is None or fn.parent is not None:
+        return False
+    if mm.module_name and mm.project.is_called(f"{mm.module_name}.{fn.qualname}"):
+        return False
+    sites = method_sites(mm, fn)
+    if not sites:
+        return False
+    for _caller, op in sites:
+        ok = False
+        for br, arm in op.guards:
+            t = _param_truth(br.test, {name}) if br.test is not None else None
+            if t is not None and t[2:4] == tuple(cond[2:4]) and (t[1] if arm == 0 else not t[1]) != cond[1]:
+                ok = True
+                break
+        if not ok:
+            return False
+    return True
