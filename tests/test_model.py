@@ -903,3 +903,33 @@ def test_loop_iterations_from_literal_evidence_only():
     assert bounds("sample") == [4, 1000]  # the longest prime and size any call passes
     assert bounds("generate") == [None]  # a command-line argument: no bound
     assert bounds("run") == [100, 11, 8, 3, 4, None, 7, None, None]
+
+
+def test_runs_few_times_needs_one_bounded_loop_over_data_not_models():
+    from torchlint.model.ir import FORWARD, LoopOp, all_ops
+    from torchlint.model.sizes import runs_few_times
+
+    mm = build('''
+        import torch
+        import torch.nn as nn
+
+        def show(model, ds, nets, test_x, series):
+            model = nn.Linear(4, 2)
+            for i in range(12):
+                model(ds[i])
+            for net in nets[:2]:
+                net(test_x)
+            for s in series[:12]:
+                for k in range(6):
+                    model(s[k])
+    ''')
+    fn = fn_named(mm, "show")
+    loops = [o for o in all_ops(fn) if isinstance(o, LoopOp)]
+
+    def fwds(loop):
+        return [o for o in all_ops(fn) if getattr(o, "kind", None) == FORWARD and o.loop is not None
+                and (o.loop is loop or o.loop.parent is loop)]
+
+    # twelve items predicted: a few graphs; each net on a whole test tensor, or a grid of 12 x 6
+    # slices: not "a few samples"
+    assert [runs_few_times(mm, fn, lp, fwds(lp)) for lp in loops[:3]] == [True, False, False]

@@ -24,7 +24,7 @@ from typing import Optional
 import libcst as cst
 
 from .binder import dotted
-from .ir import AssignOp, BranchOp, CallOp, JumpOp, LoopOp, all_ops
+from .ir import FORWARD, AssignOp, BranchOp, CallOp, JumpOp, LoopOp, all_ops
 
 # The most iterations a loop may run and still be "a few samples to look at": a couple of
 # hundred characters of generated text, a grid of images; never a dataset (a 1,000-image scan
@@ -306,26 +306,22 @@ def _break_at_index(mm, fn, loop: LoopOp) -> Optional[int]:
 
 
 def runs_few_times(mm, fn, loop: LoopOp, ops) -> bool:
-    """Every op of ``ops`` (inside ``loop``) runs at most :data:`SMALL_LOOP` times per run
-    of ``loop``: ``loop`` and every loop between it and the op have a literal bound."""
-    if not ops:
+    """Every op of ``ops`` (inside ``loop``) runs at most :data:`SMALL_LOOP` times per run of
+    ``loop``: it sits in ``loop`` itself (not in a loop nested in it: 12 series times 6 slices
+    of each is a grid over the data), ``loop`` has a literal bound, and ``loop`` does not walk
+    the models it runs (``for net in nets: net(test_x)`` scores each net on a whole test set:
+    the count of nets says nothing about the data)."""
+    from .queries import names_in
+
+    if not ops or any(o.loop is not loop for o in ops):
         return False
-    memo: dict = {}
+    n = loop_iterations(mm, fn, loop)
+    if n is None or n > SMALL_LOOP:
+        return False
+    walked = names_in(loop.target) if loop.target is not None else set()
     for o in ops:
-        n, lp = 1, o.loop
-        while lp is not None:
-            if id(lp) not in memo:
-                memo[id(lp)] = loop_iterations(mm, fn, lp)
-            k = memo[id(lp)]
-            if k is None:
-                return False
-            n *= k
-            if lp is loop:
-                break
-            lp = lp.parent
-        else:
-            return False  # not inside ``loop``
-        if n > SMALL_LOOP:
+        t = getattr(o, "target", None) if isinstance(o, CallOp) and o.kind == FORWARD else None
+        if t and t.split(".", 1)[0] in walked:
             return False
     return True
 
@@ -333,7 +329,7 @@ def runs_few_times(mm, fn, loop: LoopOp, ops) -> bool:
 def chained_outputs(loop: LoopOp) -> set:
     """Names a loop feeds back into its own forwards (``x = model(x)``, ``out, h = rnn(x, h)``):
     each iteration's graph is chained to the next, so the last value holds the graph of them all."""
-    from .ir import FORWARD, walk
+    from .ir import walk
     from .queries import names_in
 
     fwd = {id(o.node) for o in walk(loop.body) if isinstance(o, CallOp) and o.kind == FORWARD}
