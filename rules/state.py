@@ -6,8 +6,8 @@ from typing import Optional
 import libcst as cst
 
 from torchlint.model import catalog
-from torchlint.model.binder import dotted
-from torchlint.model.ir import STEP, AssignOp, CallOp, LoopOp, all_ops
+from torchlint.model.binder import FunctionModel, dotted
+from torchlint.model.ir import STEP, AssignOp, CallOp, LoopOp, ReturnOp, all_ops
 from torchlint.model.queries import (
     exclusive, is_kind, iteration, module_replacement, names_in, optimizer_constructions, reads_name,
 )
@@ -31,9 +31,19 @@ def _live_state_dict(mm, fn, value) -> Optional[str]:
     if func.attr.value != "state_dict":
         return None
     owner = dotted(func.value)
-    if not owner or mm.resolver.of_path(fn, owner)[0] not in _STATEFUL:
+    if not owner or (mm.resolver.of_path(fn, owner)[0] not in _STATEFUL and not _optimized(mm, fn, owner)):
         return None
     return owner
+
+
+def _optimized(mm, fn, owner: str) -> bool:
+    """An optimizer is built from ``owner.parameters()`` in ``fn`` or, for a ``self`` attribute,
+    in a method of its class (``self.optimizer = optim.SGD(self.trainModel.parameters())`` in a
+    ``set_train_model`` method): a module whose weights training changes, whatever made it."""
+    fns = [fn]
+    if owner.startswith("self.") and fn.cls is not None:
+        fns = list(fn.cls.methods.values())
+    return any(owner in owners for f in fns for _, _, owners in optimizer_constructions(mm, f))
 
 
 def _trains(mm, fn, ops) -> Optional[CallOp]:
@@ -46,6 +56,67 @@ def _outer_loops(op):
     while loop is not None:
         out.append(loop)
         loop = loop.parent
+    return out
+
+
+def _kept_best(snap) -> bool:
+    """The snapshot is taken under a test inside its loop (``if acc > best: best = ...``)."""
+    return snap.loop is not None and any(b.test is not None and b.loop is snap.loop for b, _ in snap.guards)
+
+
+def _use_of(mm, fn, op, path: str, kept: bool, depth: int = 0) -> Optional[str]:
+    """How ``op`` uses the snapshot ``path`` as the weights it stands for, or ``None``:
+    ``load_state_dict(path)`` always; when ``kept`` (a "best so far"), also ``torch.save(path,
+    ...)`` (or a dict literal holding it), ``return path`` and a helper of this module that
+    does one of these with the argument it is given."""
+    if isinstance(op, CallOp):
+        if op.attr == "load_state_dict":
+            a = op.arg(0, "state_dict")
+            return f"`{op.func}({path})`" if a is not None and dotted(a.value) == path else None
+        if not kept:
+            return None
+        if op.qual == "torch.save":
+            a = op.arg(0, "obj")
+            if a is not None and (dotted(a.value) == path or (isinstance(a.value, cst.Dict) and any(
+                    isinstance(e, cst.DictElement) and dotted(e.value) == path for e in a.value.elements))):
+                return "`torch.save(...)`"
+            return None
+        if depth == 0 and op.args:
+            param = _param_given(mm, fn, op, path)
+            if param is not None:
+                callee, name = param
+                if any(_use_of(mm, callee, o, name, True, 1) for o in all_ops(callee)):
+                    return f"`{op.func}(...)`"
+        return None
+    if kept and isinstance(op, ReturnOp) and op.value is not None and dotted(op.value) == path:
+        return "the `return`"
+    return None
+
+
+def _param_given(mm, fn, op: CallOp, path: str):
+    """(callee, parameter name) when the call passes ``path`` to a function of this module."""
+    callee = mm.resolve_call(fn, op) if op.func else None
+    if not isinstance(callee, FunctionModel):
+        return None
+    params = list(callee.params)
+    if callee.cls is not None and params and params[0] in ("self", "cls") and "." in (op.func or ""):
+        params = params[1:]
+    positional = [a for a in op.args if a.keyword is None and not a.star]
+    for k, a in enumerate(positional):
+        if dotted(a.value) == path:
+            return (callee, params[k]) if k < len(params) else None
+    for a in op.args:
+        if a.keyword is not None and dotted(a.value) == path:
+            return callee, a.keyword.value
+    return None
+
+
+def _class_methods(mm, cls) -> list:
+    """The methods of ``cls`` and of the classes of this module that derive from it."""
+    out = list(cls.methods.values())
+    for other in getattr(mm, "classes", {}).values():
+        if other is not cls and cls.name in [b.rsplit(".", 1)[-1] for b in other.bases]:
+            out.extend(other.methods.values())
     return out
 
 
@@ -89,15 +160,18 @@ for epoch in range(epochs):
         best_acc, best_state = acc, copy.deepcopy(model.state_dict())
 model.load_state_dict(best_state)
 """
-    known_problems = ("Only snapshots restored in the same function are followed; snapshots saved "
-                      "with `torch.save` are copies on disk and are fine. Preview: it made no finding on "
-                      "the real-world benchmark (45 repositories), so its precision on real code is not "
-                      "measured yet.")
+    known_problems = ("A snapshot is followed to a `load_state_dict` in the same function; one kept "
+                      "under a test as the best so far also to a `torch.save`, a `return` or a helper of "
+                      "the module that saves or loads it, and, kept on a `self` attribute, to another "
+                      "method of its class (or of a subclass in the module). A `torch.save` before any "
+                      "further training writes the right weights and is not reported. Preview: it made no "
+                      "finding on the real-world benchmark (45 repositories), so its precision on real "
+                      "code is not measured yet.")
     default = False
     fix_safety = "unsafe"
     fix_doc = "Wraps the snapshot in `copy.deepcopy(...)` (adds `import copy` when missing). Unsafe: it costs a copy of the weights in memory."
     references = ("https://pytorch.org/tutorials/beginner/saving_loading_models.html",)
-    triggers = (b"load_state_dict",)
+    triggers = (b"state_dict",)
 
     def check(self, mm):
         for fn in mm.all_functions:
@@ -107,20 +181,46 @@ model.load_state_dict(best_state)
                     continue
                 snapshots = self._snapshots(mm, fn, op)
                 for path, value in snapshots:
-                    load = next((o for o in ops[i + 1:] if isinstance(o, CallOp) and o.attr == "load_state_dict"
-                                 and o.arg(0, "state_dict") is not None
-                                 and dotted(o.arg(0, "state_dict").value) == path), None)
-                    if load is None:
+                    found = self._restored_after_training(mm, fn, ops, op, path)
+                    if found is None:
                         continue
-                    step = self._training_after(mm, fn, ops, op, load)
-                    if step is None:
-                        continue
+                    use, what, step = found
                     owner = _live_state_dict(mm, fn, value)
                     yield Report(value, f"`{path}` holds `{owner}`'s live tensors, not a copy: the training "
-                                 f"step at line {mm.line_of(step.node)} changes it, so `load_state_dict({path})` "
-                                 f"at line {mm.line_of(load.node)} restores the latest weights; use "
-                                 f"`copy.deepcopy({owner}.state_dict())`",
+                                 f"step at line {mm.line_of(step.node)} changes it, so {what} at line "
+                                 f"{mm.line_of(use.node)} {'restores' if 'load_state_dict' in what else 'gets'} "
+                                 f"the latest weights; use `copy.deepcopy({owner}.state_dict())`",
                                  fix=_deepcopy_fix(value), scope=fn.qualname)
+
+    @classmethod
+    def _restored_after_training(cls, mm, fn, ops, snap, path):
+        """(the use, how it reads, the training step) for the first use of the snapshot that a
+        training step runs before: ``load_state_dict(path)``; and, when the snapshot is kept
+        under a test inside its loop (a "best so far"), ``torch.save(path, ...)``, ``return
+        path`` or a helper of the module that does one of these with it; for a ``self``
+        attribute, also such a use in another method of the class (or of a subclass here)."""
+        kept = _kept_best(snap)
+        for use in ops[ops.index(snap) + 1:]:
+            what = _use_of(mm, fn, use, path, kept)
+            if what is None:
+                continue
+            step = cls._training_after(mm, fn, ops, snap, use)
+            if step is not None:
+                return use, what, step
+        if not (kept and path.startswith("self.") and fn.cls is not None):
+            return None
+        step = next((s for s in (_trains(mm, fn, iteration(mm, fn, loop.body)) for loop in _outer_loops(snap))
+                     if s is not None), None)
+        if step is None:
+            return None
+        for other in _class_methods(mm, fn.cls):
+            if other is fn:
+                continue
+            for use in all_ops(other):
+                what = _use_of(mm, other, use, path, True)
+                if what is not None:
+                    return use, what, step
+        return None
 
     @staticmethod
     def _snapshots(mm, fn, op: AssignOp):
