@@ -101,6 +101,8 @@ for x, y in loader:
             if not is_loss:
                 continue
             what = "summed into" if acc.how in ("aug", "selfadd") else "stored in"
+            if acc.how == "method":  # ``meter.update(loss)``: the method adds it to the meter
+                what = f"passed to `{acc.op.func}()`, which adds it into an attribute of"
             if "holds_loss" in acc.facts and "graph" not in acc.facts:
                 code = mm.code_for(acc.value)
                 yield Report(acc.op.node,
@@ -137,8 +139,8 @@ def _fix_501(fn, acc):
                                     f"Accumulate `{code}.item()` (a number) instead", "safe")
             return replace_node(mm, node, _wrap(code, node, ".detach()"),
                                 f"Accumulate `{code}.detach()` instead", "unsafe")
-        if acc.how == "extend":
-            return None
+        if acc.how == "extend" or resources.last_item_backward(fn, acc) is not None:
+            return None  # (``losses[-1].backward()`` needs the stored item's graph: no one-line fix)
         return replace_node(mm, acc.value, _wrap(code, acc.value, ".detach()"),
                             f"Store `{code}.detach()` instead", "unsafe")
     return make
@@ -196,7 +198,7 @@ for x, y in loader:
     def check(self, mm):
         res = resources.get(mm)
         for fn, acc, is_loss in _graph_accumulations(mm):
-            if is_loss or acc.how in ("aug", "selfadd"):
+            if is_loss or acc.how in ("aug", "selfadd", "method"):
                 continue
             if not res.kept_across_training_iterations(acc):
                 continue  # filled and dropped within one training iteration (or epoch)

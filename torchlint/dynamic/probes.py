@@ -1858,6 +1858,11 @@ class Probes(TorchFunctionMode):
                     if nm.startswith("__"):
                         continue
                     holders[(scope, nm)] = v
+                    if nm != "self" and self._user_object(v):
+                        # a metric or meter object of the program (``train_loss = Metric(...)``):
+                        # what its own attributes hold is held by the variable
+                        holders[(scope, nm)] = [av for av in list(vars(v).values())[:200]
+                                                if isinstance(av, (torch.Tensor, list, dict, tuple))]
                     if nm == "self" and hasattr(v, "__dict__"):
                         for an, av in list(vars(v).items())[:200]:
                             if isinstance(av, (torch.Tensor, list, dict, tuple)) and not isinstance(av, nn.Module):
@@ -1879,6 +1884,13 @@ class Probes(TorchFunctionMode):
             if len(s) < 64:
                 dims = max((t.dim() for t in _tensors(v) if t.grad_fn is not None), default=0)
                 s.append((k, n, dims, kept))
+
+    def _user_object(self, v) -> bool:
+        """An instance of a plain class (not a module, not a tensor) defined in the program."""
+        if isinstance(v, (torch.Tensor, nn.Module, type)) or not hasattr(v, "__dict__"):
+            return False
+        path = getattr(sys.modules.get(type(v).__module__), "__file__", None)
+        return bool(path) and self._is_user(path)
 
     def graph_findings(self):
         """Variables whose reachable autograd graph grew at least twice without shrinking."""

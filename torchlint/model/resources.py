@@ -91,6 +91,72 @@ def _store(op, fn) -> "Optional[Accumulation]":
     return None
 
 
+_DETACHING_METHODS = frozenset({"item", "detach", "tolist", "numpy", "detach_"})
+_NUMBER_FUNCS = frozenset({"float", "int", "round", "len", "bool", "str", "math.fsum"})
+
+
+def _carries(expr, name: str) -> bool:
+    """The value of ``expr`` may be (or be computed from) the tensor bound to ``name`` with its
+    graph: ``name`` occurs in it outside ``.item()``/``.detach()``/``.data``/``float(...)``."""
+    if isinstance(expr, cst.Name):
+        return expr.value == name
+    if isinstance(expr, cst.Attribute):
+        return expr.attr.value != "data" and _carries(expr.value, name)
+    if isinstance(expr, cst.Call):
+        func = expr.func
+        if isinstance(func, cst.Attribute) and func.attr.value in _DETACHING_METHODS:
+            return False
+        if dotted(func) in _NUMBER_FUNCS:
+            return False
+        inner = _carries(func.value, name) if isinstance(func, cst.Attribute) else False
+        return inner or any(_carries(a.value, name) for a in expr.args)
+    if isinstance(expr, (cst.Lambda, cst.ListComp, cst.GeneratorExp, cst.DictComp, cst.SetComp)):
+        return False
+    return any(_carries(c, name) for c in children(expr))
+
+
+def _params_kept_on_self(m) -> frozenset:
+    """The parameters of method ``m`` that it adds into an attribute of its own object
+    (``self.sum += val * n``, ``self.total = self.total + val``, ``self.values.append(val)``),
+    never rebinding them first: the object keeps them across calls."""
+    cached = m.__dict__.get("_kept_on_self")
+    if cached is not None:
+        return cached
+    params = [p for p in m.params if p not in ("self", "cls") and not p.startswith("*")]
+    ops = all_ops(m)
+    rebound = {dotted(t) for o in ops if isinstance(o, AssignOp) for t in o.targets}
+    out = set()
+    for o in ops:
+        acc = _store(o, m)
+        if acc is None and isinstance(o, AssignOp) and o.aug is None and o.value is not None \
+                and len(o.targets) == 1 and isinstance(o.value, cst.BinaryOperation) \
+                and type(o.value.operator).__name__ in ("Add", "Subtract") \
+                and dotted(o.targets[0]) in (dotted(o.value.left), dotted(o.value.right)):
+            acc = Accumulation(o, m, dotted(o.targets[0]), o.value, frozenset(), "selfadd", ())
+        if acc is None or acc.how not in ("aug", "selfadd", "append", "extend") \
+                or not (acc.container or "").startswith("self."):
+            continue
+        out.update(p for p in params if p not in rebound and _carries(acc.value, p))
+    m._kept_on_self = frozenset(out)
+    return m._kept_on_self
+
+
+def last_item_backward(fn, acc) -> Optional[CallOp]:
+    """``losses[-1].backward()`` in the loop iteration that appended to ``losses``: the backward
+    of the item just stored, which consumes none of the items kept from earlier iterations."""
+    if acc.how != "append" or acc.op.loop is None:
+        return None
+    for o in walk(acc.op.loop.body):
+        if isinstance(o, CallOp) and o.kind == BACKWARD and o.attr == "backward" \
+                and isinstance(o.recv_node, cst.Subscript) and dotted(o.recv_node.value) == acc.container \
+                and len(o.recv_node.slice) == 1 and isinstance(o.recv_node.slice[0].slice, cst.Index) \
+                and isinstance(o.recv_node.slice[0].slice.value, cst.UnaryOperation) \
+                and isinstance(o.recv_node.slice[0].slice.value.expression, cst.Integer) \
+                and o.recv_node.slice[0].slice.value.expression.value == "1":
+            return o
+    return None
+
+
 def _constant_key(target: cst.Subscript) -> bool:
     """``d["loss"] = v`` / ``row[0] = v``: every index of the subscript is a literal, so each
     iteration replaces the same entry."""
@@ -1381,7 +1447,7 @@ class Resources:
         for op in all_ops(fn):
             if op.loop is None:
                 continue
-            store = _store(op, fn)
+            store = _store(op, fn) or self._kept_by_method(fn, op)
             if store is not None:
                 out.append(store)
             elif isinstance(op, AssignOp) and op.value is not None and op.aug is None:
@@ -1400,8 +1466,39 @@ class Resources:
                             out.append(Accumulation(op, fn, d, op.value, op.value_facts, "selfadd", ()))
         for acc in out:
             acc.loops = self._accumulating_loops(fn, acc)
+            if acc.how == "append" and acc.loops and last_item_backward(fn, acc) is not None:
+                # ``losses.append(total); ...; losses[-1].backward()``: each item is the loss of
+                # the iteration that appended it, with its graph
+                acc.facts = acc.facts | {"loss", "graph"}
         self._accs[id(fn)] = out
         return out
+
+    def _kept_by_method(self, fn, op) -> "Optional[Accumulation]":
+        """``train_loss.update(loss)`` on an instance of a plain class of this module (a metric,
+        a running-average meter) whose method adds that argument into one of the object's own
+        attributes (``self.sum += hvd.allreduce(val.cpu())``): the object keeps the value, as
+        ``train_loss += loss`` would (how ``"method"``, the container the receiver)."""
+        from .roles import _plain_object_method
+
+        if not isinstance(op, CallOp) or not op.args or not op.recv or op.kind is not None:
+            return None
+        m = _plain_object_method(self.mm, fn, self.mm.resolver, op)
+        if not isinstance(m, FunctionModel):
+            return None
+        kept = _params_kept_on_self(m)
+        if not kept:
+            return None
+        params = [p for p in m.params if p not in ("self", "cls")]
+        positional = [a for a in op.args if a.keyword is None and not a.star]
+        for i, a in enumerate(positional):
+            if i < len(params) and params[i] in kept:
+                facts = op.arg_facts[i] if i < len(op.arg_facts) else frozenset()
+                return Accumulation(op, fn, op.recv, a.value, facts, "method", ())
+        for i, a in enumerate(op.args):
+            if a.keyword is not None and a.keyword.value in kept:
+                facts = op.arg_facts[i] if i < len(op.arg_facts) else frozenset()
+                return Accumulation(op, fn, op.recv, a.value, facts, "method", ())
+        return None
 
     def step_accumulations(self, fn) -> list:
         """In a function a framework runs once per training batch (a LightningModule's
@@ -1478,8 +1575,9 @@ class Resources:
                             if tn not in derived:
                                 derived.add(tn)
                                 changed = True
+        last = last_item_backward(fn, acc)
         for o in all_ops(fn):
-            if not isinstance(o, CallOp):
+            if not isinstance(o, CallOp) or o is last:
                 continue
             if o.kind in (BACKWARD, AUTOGRAD_GRAD) or (o.kind == CALL and self._callee_backward(o)):
                 ns = set()
