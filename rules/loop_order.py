@@ -389,6 +389,32 @@ for x, y in loader:
             yield Report(op.node, f"`{_src(op)}` runs in {_in_loop(fn, op)} that never clears gradients, so "
                          "they accumulate across iterations", fix=_insert_zero_grad(op), scope=fn.qualname)
         yield from self._steps_in_helpers(mm)
+        yield from self._one_step_methods(mm)
+
+    @staticmethod
+    def _one_step_methods(mm):
+        """A function that runs one training step outside any loop of its own (a GAN class's
+        `step(batch)`, called once per batch by its caller) and clears gradients itself, but
+        not those of an optimizer it steps: each call adds that optimizer's gradients to the
+        last call's."""
+        for fn in mm.all_functions:
+            if not one_step_function(mm, fn) or implicit_loop(mm, fn):
+                continue
+            seq = iteration(mm, fn, fn.body)
+            own = [o for o in all_ops(fn) if isinstance(o, CallOp) and o.loop is None]
+            all_clears = [o for o in seq if clears(mm, o)]
+            if not all_clears or any(o.kind == BACKWARD and o.info == catalog.DIST_AUTOGRAD for o in own):
+                continue
+            stepped = frozenset(norm_path(o.target) for o in own if o.kind == STEP and o.target)
+            for op in own:
+                if op.kind != STEP or any(clear_covers(mm, fn, c, op, False, stepped=stepped) for c in all_clears):
+                    continue
+                c = all_clears[0]
+                what = f"`{c.target}.zero_grad()`" if isinstance(c, CallOp) and c.kind == CLEAR else "the clearing"
+                yield Report(op.node, f"`{_src(op)}` runs once per call of `{fn.name}()`, one training step "
+                             f"that clears gradients itself: {what} at line {_line(mm, c)} does not clear the "
+                             f"gradients `{op.target}` applies, so they accumulate across calls",
+                             scope=fn.qualname)
 
     def _steps_in_helpers(self, mm):
         """A loop that steps only through a helper of this module (`self.train_step(batch)`,

@@ -565,6 +565,9 @@ class RoleResolver:
         """
         if not path:
             return None
+        own = self._own_optimizer_owner(fn, path)
+        if own is not None:
+            return own
         d = self.definition(fn, path)
         if d is None:
             return None
@@ -588,6 +591,28 @@ class RoleResolver:
             if d is None:
                 return None
             f, value = d
+        return None
+
+    def _own_optimizer_owner(self, fn, path: str) -> Optional[frozenset]:
+        """``netD.optimizer`` where ``netD`` is a model of a class of this module that builds
+        its own optimizer on its own parameters (``self.optimizer = optim.Adam(self.parameters())``
+        in ``__init__``): that optimizer updates ``netD``."""
+        owner, _, attr = path.rpartition(".")
+        if not owner or "." in attr:
+            return None
+        role, info = self.of_path(fn, owner)
+        cls = self.mm.classes.get(info) if role == catalog.MODEL and isinstance(info, str) else None
+        if cls is None:
+            return None
+        for op in cls.attr_values.get("self." + attr, ()):
+            value = getattr(op, "value", None)
+            if not isinstance(value, cst.Call):
+                continue
+            q = self.mm.qualify(dotted(value.func)) or ""
+            a = _first_arg(value, "params")
+            if q and catalog.role_of_constructor(q)[0] == catalog.OPTIMIZER and a is not None \
+                    and isinstance(a.value, cst.Call) and dotted(a.value.func) == "self.parameters":
+                return frozenset({_strip_module(owner)})
         return None
 
     def _param_owners(self, fn, e, depth: int) -> Optional[frozenset]:
