@@ -100,6 +100,7 @@ _INPLACE_MODULES = {"torch.nn.ReLU", "torch.nn.ReLU6", "torch.nn.LeakyReLU", "to
                     "torch.nn.Dropout", "torch.nn.Dropout2d", "torch.nn.Dropout1d",
                     "torch.nn.Dropout3d", "torch.nn.AlphaDropout", "torch.nn.Threshold",
                     "torch.nn.RReLU"}
+_SEQUENTIAL = frozenset({"torch.nn.Sequential", "torch.nn.modules.container.Sequential"})
 _SAVING_BINOPS = ("Multiply", "MatrixMultiply", "Divide", "Power")
 _SAVING_FUNCS = {"torch.mul", "torch.matmul", "torch.mm", "torch.bmm", "torch.div", "torch.pow",
                  "torch.einsum", "torch.multiply", "torch.true_divide"}
@@ -903,7 +904,7 @@ class Dataflow:
         elif op is not None and op.kind == FORWARD:
             out = frozenset({"graph", "model_out"}) | self.mm.forward_output_facts(self.fn, op)
             ctor = constructor_qual(self.mm, self.fn, op.target)
-            if ctor in _SAVES_OUT_MODULES:
+            if ctor in _SAVES_OUT_MODULES or _forward_saves_output(self.mm, self.fn, op):
                 out = out | {"saves_out"}
         elif op is not None and op.kind == LOSS:
             out = frozenset({"graph", "loss"})
@@ -1127,6 +1128,10 @@ class Dataflow:
                 self._add_inplace(op, op.node, op.arg_facts[i], "out", a.value)
         if op.kind == FORWARD and op.args and op.args[0].keyword is None:
             call = constructor_call(self.mm, self.fn, op.target)
+            if call is not None and _ctor_qual(self.mm, call) in _SEQUENTIAL and call.args \
+                    and isinstance(call.args[0].value, cst.Call) and call.args[0].keyword is None \
+                    and not call.args[0].star:
+                call = call.args[0].value  # ``nn.Sequential(nn.LeakyReLU(0.2, inplace=True), ...)``
             if call is not None and _ctor_qual(self.mm, call) in _INPLACE_MODULES and _ctor_inplace(call):
                 self._add_inplace(op, op.node, op.arg_facts[0], "activation", op.args[0].value)
 
@@ -1946,6 +1951,44 @@ def call_output_facts(mm, fn, call, depth: int = 0) -> frozenset:
     if ext:
         return without_param_calls(mm.external_forward_facts(ext))
     return EMPTY
+
+
+def _forward_saves_output(mm, fn, op) -> bool:
+    """The module ``op`` runs returns a tensor autograd saved for backward: a class of this
+    module whose ``forward`` returns such a tensor on every path (``return self.relu(out)``), or
+    an ``nn.Sequential`` whose last layer is such a class or an activation that saves its output
+    (``nn.Sequential(conv, bn, IncResBlock(64, 64))``)."""
+    cls, _ = mm._called_module_class(fn, op)
+    if cls is not None and not any(b == "torch.nn.Sequential" for b in cls.bases):
+        return class_returns_saved_output(mm, cls)
+    call = constructor_call(mm, fn, op.target)
+    if call is None or _ctor_qual(mm, call) not in _SEQUENTIAL:
+        return False
+    layers = [a for a in call.args if a.keyword is None]
+    if not layers or any(a.star for a in layers) or not isinstance(layers[-1].value, cst.Call):
+        return False
+    last = layers[-1].value
+    if _ctor_qual(mm, last) in _SAVES_OUT_MODULES:
+        return True
+    c = mm.find_class(dotted(last.func) or "")
+    return c is not None and mm.class_is_module(c) and class_returns_saved_output(mm, c)
+
+
+def class_returns_saved_output(mm, cls) -> bool:
+    """Every ``return`` of ``cls``'s own ``forward`` returns the output of an op that autograd
+    saves for backward (a ReLU, a sigmoid ...)."""
+    cache = mm.__dict__.setdefault("_saved_output_classes", {})
+    got = cache.get(cls.qualname)
+    if got is None:
+        cache[cls.qualname] = False  # (a forward that runs its own class)
+        fwd = cls.methods.get("forward")
+        got = False
+        if fwd is not None:
+            mm.return_facts(fwd)
+            rets = [r for r in all_ops(fwd) if isinstance(r, ReturnOp) and r.value is not None]
+            got = bool(rets) and all("saves_out" in r.value_facts for r in rets)
+        cache[cls.qualname] = got
+    return got
 
 
 def _last_layer_facts(mm, fn, args, depth: int) -> frozenset:
