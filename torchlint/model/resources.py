@@ -30,7 +30,7 @@ import libcst as cst
 from . import catalog
 from .binder import FunctionModel, _child_fields, dotted
 from .ir import (
-    AUTOGRAD_GRAD, BACKWARD, CALL, FORWARD, GRAD_OFF, MOVE, AssignOp, BranchOp, CallOp, LoopOp,
+    AUTOGRAD_GRAD, BACKWARD, CALL, FORWARD, GRAD_OFF, LOSS, MOVE, AssignOp, BranchOp, CallOp, LoopOp,
     ReturnOp, all_ops, walk,
 )
 
@@ -1764,21 +1764,22 @@ class Resources:
         """``argmax()``/``max()`` calls without ``dim`` on batched model outputs whose result
         is compared with labels from the loader: [CallOp]."""
         cands = []
+        scores, targets = self._class_scores(fn)
         for op in all_ops(fn):
             if not isinstance(op, CallOp):
                 continue
             if op.attr in ("argmax", "max") and op.recv_node is not None and not op.args and \
                     op.qual not in ("torch.argmax", "torch.max"):
-                facts = op.recv_facts
+                facts, arg = op.recv_facts, op.recv_node
             elif op.qual in ("torch.argmax", "torch.max") and len(op.args) == 1 and op.args[0].keyword is None:
-                facts = op.arg_facts[0] if op.arg_facts else frozenset()
+                facts, arg = (op.arg_facts[0] if op.arg_facts else frozenset()), op.args[0].value
             else:
                 continue
-            if facts & {"model_out", "logits", "probs", "logprobs", "sigmoid"}:
+            if facts & {"model_out", "logits", "probs", "logprobs", "sigmoid"} or dotted(arg) in scores:
                 cands.append(op)
         if not cands:
             return []
-        labels = self._label_names(fn)
+        labels = self._label_names(fn) | targets
         if not labels or self._single_sample_batches(fn):
             return []
         out = []
@@ -1809,6 +1810,19 @@ class Resources:
             if hit:
                 out.append(op)
         return out
+
+    def _class_scores(self, fn) -> tuple:
+        """(names given to a cross-entropy or NLL loss of ``fn`` as its input, names given as
+        its target): the input is a batch of class scores, ``(N, C)``, whatever computed it
+        (``image_logits = ims @ txt.t() * scale``), and the target holds the batch's labels."""
+        scores, targets = set(), set()
+        for o in all_ops(fn):
+            if isinstance(o, CallOp) and o.kind == LOSS and o.info in (catalog.CE, catalog.NLL):
+                a, t = o.arg(0, "input"), o.arg(1, "target")
+                if a is not None and t is not None and dotted(a.value) and dotted(t.value):
+                    scores.add(dotted(a.value))
+                    targets.add(dotted(t.value))
+        return scores, targets
 
     def _single_sample_batches(self, fn) -> bool:
         """Every loader iterated in ``fn`` is a ``DataLoader`` with ``batch_size=1`` (the
