@@ -290,7 +290,11 @@ class DataAttribute(Rule):
         "parameter writes after the backward (WGAN weight clipping after the step, hand-written "
         "SGD, averaged weights swapped in for evaluation) and outside training (surgery, "
         "freezing, loading weights); `.data[\"key\"]`, an item of a mapping such as DGL's "
-        "`edges.data` (a tensor is never indexed by a string); and `p.grad.data` (see the option)."
+        "`edges.data` (a tensor is never indexed by a string); reads in a `forward` that only become "
+        "NumPy or Python values (`x.cpu().data.numpy()` for a host-side proposal layer: a NumPy "
+        "array carries no gradient anyway); in-place view ops on the alias (`out.data.unsqueeze_(1)`, "
+        "`squeeze_`, `t_`, `transpose_`), which change its shape, not one value; and `p.grad.data` "
+        "(see the option)."
     )
     example = """\
 class FrozenEncoderClassifier(nn.Module):
@@ -362,7 +366,7 @@ class FrozenEncoderClassifier(nn.Module):
                                "autograd's back; gradients become silently wrong (modify a "
                                "`.detach()`ed copy or use an out-of-place op)")
                         yield Report(d.node, msg, scope=fn.qualname)
-                    elif fn.name == "forward" and mm.is_module_method(fn):
+                    elif fn.name == "forward" and mm.is_module_method(fn) and not d.host:
                         # inside forward: a gradient of the model silently cut.  Outside a
                         # forward a read is the stop-gradient `.detach()` spells (a TD target,
                         # the hidden state of truncated BPTT, the inputs of a gradient penalty)

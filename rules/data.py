@@ -165,7 +165,10 @@ for epoch in range(num_epochs):
         "`IterableDataset` or a dataset that shuffles itself (a dataset class whose own method "
         "permutes its samples, called on the loader's dataset every epoch: "
         "`train_dl.dataset.shuffleSamples()`; a Hugging Face split reshuffled with "
-        "`.shuffle(seed)` before the loader is built), with `shuffle=` set from a "
+        "`.shuffle(seed)` before the loader is built), whose one batch holds the whole dataset "
+        "(`batch_size=len(ds)`, or a size known from literal samples: the four rows of an XOR "
+        "table with `batch_size=1000`; a one-item list), over the synthetic random data of a test "
+        "helper (a dataset of `torch.randn` draws under `tests/`), with `shuffle=` set from a "
         "variable, or built from `**kwargs` are not flagged. A loader is a training loader on "
         "evidence, not on its name: its batches reach `backward()` (here, through the helpers "
         "it is passed to or the callers of a function that returns it) or a trainer is given it "
@@ -187,7 +190,7 @@ for epoch in range(num_epochs):
     def check(self, mm):
         res = resources.get(mm)
         for info in res.loader_constructions():
-            if info.unknown or info.sampler or info.iterable or info.full_batch:
+            if info.unknown or info.sampler or info.iterable or info.full_batch or info.random_samples:
                 continue
             if info.shuffle is True or (info.shuffle is None and info.shuffle_arg is not None):
                 continue

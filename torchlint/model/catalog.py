@@ -87,6 +87,28 @@ SINGLE_GRAPH_DATASETS = {
 } | {"ogb.nodeproppred.PygNodePropPredDataset", "ogb.nodeproppred.DglNodePropPredDataset",
      "ogb.nodeproppred.NodePropPredDataset"}
 
+# dataset constructors whose length is the length of one argument (position, keyword): the
+# samples they are given (MONAI's datasets over a list of dicts), the indices a Subset keeps
+SIZED_BY_ARGUMENT = {
+    **{f"monai.data.{n}": (0, "data") for n in (
+        "Dataset", "CacheDataset", "PersistentDataset", "SmartCacheDataset", "LMDBDataset",
+        "CacheNTransDataset")},
+    "monai.data.ArrayDataset": (0, "img"),
+    "torch.utils.data.Subset": (1, "indices"),
+    "torch.utils.data.dataset.Subset": (1, "indices"),
+}
+# tensor constructors whose first positional argument (an int) is the number of rows
+SIZED_FACTORIES = {"torch.zeros", "torch.ones", "torch.randn", "torch.rand", "torch.empty",
+                   "torch.Tensor", "torch.FloatTensor", "torch.LongTensor"}
+# tensor constructors taking nested data: as many rows as the outer list has items
+DATA_FACTORIES = {"torch.tensor", "torch.Tensor", "torch.FloatTensor", "torch.LongTensor",
+                  "torch.as_tensor", "numpy.array", "numpy.asarray", "torch.autograd.Variable",
+                  "torch.from_numpy", "list", "tuple"}
+# random tensor factories: every value drawn independently
+RANDOM_FACTORIES = {"torch.randn", "torch.rand", "torch.randint", "torch.normal", "torch.randn_like",
+                    "torch.rand_like", "numpy.random.randn", "numpy.random.rand", "numpy.random.normal",
+                    "numpy.random.uniform", "numpy.random.randint", "torch.bernoulli"}
+
 HOST_BATCH_LOADERS = {
     "torch_geometric.loader.DataLoader",
     "torch_geometric.loader.dataloader.DataLoader",

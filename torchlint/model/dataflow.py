@@ -79,6 +79,9 @@ _VIEW_METHODS = {"view", "view_as", "reshape", "reshape_as", "squeeze", "unsquee
 _NOT_INPLACE = {"requires_grad_", "share_memory_", "retain_grad", "register_hook", "record_stream",
                 "set_", "resize_", "rename_", "refine_names", "align_to", "zero_grad", "detach_",
                 "pin_memory_", "untyped_storage_"}
+# in-place view methods: they change the shape and strides of the tensor object they are
+# called on, no value of its storage (on a `.data` alias: nothing the original sees)
+_SHAPE_ONLY_INPLACE = {"unsqueeze_", "squeeze_", "t_", "transpose_", "swapdims_", "swapaxes_", "as_strided_"}
 _INPLACE_FUNCS = {"torch.relu_", "torch.sigmoid_", "torch.tanh_", "torch.exp_", "torch.clamp_",
                   "torch.clamp_min_", "torch.clamp_max_", "torch.nn.functional.relu_",
                   "torch.nn.functional.elu_", "torch.nn.functional.leaky_relu_",
@@ -154,17 +157,23 @@ class DataAccess:
     ``index0`` the ``x.data[0]`` subscript around it, when there is one (the pre-0.4 idiom for
     a loss's value: an ``IndexError`` on a 0-dim tensor today)."""
 
-    __slots__ = ("op", "node", "facts", "write", "base", "assign", "index0")
+    __slots__ = ("op", "node", "facts", "write", "base", "assign", "index0", "host")
 
     def __init__(self, op, node, facts, write, base, assign=False):
         self.op, self.node, self.facts, self.write = op, node, facts, write
         self.base, self.assign = base, assign
         self.index0 = None
+        # read only to become a host value (``x.cpu().data.numpy()``, ``x.data.tolist()``):
+        # nothing differentiable follows, and without `.data` it would need `.detach()` anyway
+        self.host = False
 
     def __repr__(self) -> str:
         return f"DataAccess({self.base}, write={self.write}, {sorted(self.facts)})"
 
 _SCALAR_METHODS = {"item", "tolist", "numpy"}
+_HOST_METHODS = {"numpy", "tolist", "item"}
+_HOST_HOPS = {"cpu", "float", "double", "long", "int", "squeeze", "contiguous", "clone", "flatten", "view",
+              "reshape"}
 _PROB_KINDS = ("probs", "sigmoid", "logprobs", "logits")
 
 
@@ -490,6 +499,7 @@ class Dataflow:
         self._inplace: dict = {}
         self._data: dict = {}
         self._index0: dict = {}
+        self._host: set = set()  # ids of `.data` attributes read only to become host values
         self._keyed: set = set()  # ids of `.data` nodes subscripted by a string: a mapping
         self._cur = None
         self._loop_iters: dict = {}
@@ -1065,6 +1075,7 @@ class Dataflow:
             return
         self._data[key] = DataAccess(op, node, f, write, path, assign)
         self._data[key].index0 = self._index0.get(key)
+        self._data[key].host = key in self._host
 
     def _scan_data(self, expr, env, op) -> None:
         """Record every ``x.data`` read inside ``expr`` (writes are marked by the callers)."""
@@ -1078,6 +1089,12 @@ class Dataflow:
             e, en = stack.pop()
             if e is None or type(e) in _SCAN_LEAVES:
                 continue
+            if type(e) is cst.Call and type(e.func) is cst.Attribute and e.func.attr.value in _HOST_METHODS:
+                r = e.func.value  # ``x.data.cpu().numpy()``: through moves and casts to the `.data`
+                while type(r) is cst.Call and type(r.func) is cst.Attribute and r.func.attr.value in _HOST_HOPS:
+                    r = r.func.value
+                if type(r) is cst.Attribute and r.attr.value == "data":
+                    self._host.add(id(r))
             if type(e) is cst.Attribute and e.attr.value == "data":
                 self._add_data(e, en, op)
             elif type(e) is cst.Subscript and type(e.value) is cst.Attribute and e.value.attr.value == "data":
@@ -1111,7 +1128,9 @@ class Dataflow:
                 and op.recv_node is not None and not op.qual:
             r = op.recv_node
             if isinstance(r, cst.Attribute) and r.attr.value == "data":
-                self._add_data(r, env, op, write=True)
+                # ``out.data.unsqueeze_(1)``: a view op in place changes only the alias's shape
+                # and strides, never the values autograd saved (checked on CPU with torch)
+                self._add_data(r, env, op, write=attr not in _SHAPE_ONLY_INPLACE)
             elif isinstance(r, cst.Subscript) and isinstance(r.value, cst.Attribute) and r.value.attr.value == "data" \
                     and not _is_key(r):
                 self._add_data(r.value, env, op, write=True)

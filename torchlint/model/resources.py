@@ -51,6 +51,8 @@ ITERABLE_DATASET_BASES = {"torch.utils.data.IterableDataset", "torch.utils.data.
 _DTYPES = {"float", "float16", "float32", "float64", "half", "double", "bfloat16", "int", "int8",
            "int16", "int32", "int64", "long", "uint8", "bool", "complex64", "complex128", "short"}
 _TRAIN_NAME = ("train", "trn")
+_BUILTIN_NAMES = {"len", "int", "float", "range", "min", "max", "abs", "list", "tuple", "dict", "str",
+                  "bool", "isinstance", "print", "round", "sum", "True", "False", "None"}
 _EVAL_WORDS = ("val", "valid", "test", "eval", "dev", "holdout", "calib", "query", "gallery",
                "infer", "predict", "memory", "knn", "probe")
 
@@ -201,6 +203,38 @@ def subnodes(node) -> Iterator[cst.CSTNode]:
         if isinstance(n, (cst.Lambda, cst.FunctionDef, cst.ClassDef)) and n is not node:
             continue
         stack.extend(reversed(children(n)))
+
+
+def in_test_tree(mm) -> bool:
+    """The module is test code by its place in the tree (``tests/``, ``test_*.py``,
+    ``conftest.py``: ``torchlint.selection.is_test_path``), a test helper module included."""
+    from ..selection import is_test_path
+
+    return is_test_path(getattr(mm, "path", "") or "", getattr(mm, "root", "") or "")
+
+
+def _read_names(node) -> set:
+    """The maximal dotted names (``self.data``, ``torch.randn``, ``index``) read under ``node``:
+    not an attribute's own name, nor a keyword argument's."""
+    out = set()
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, (cst.Name, cst.Attribute)):
+            d = dotted(n)
+            if d:
+                out.add(d)
+                continue
+        if isinstance(n, cst.Attribute):
+            stack.append(n.value)
+            continue
+        if isinstance(n, cst.Arg):
+            stack.append(n.value)
+            continue
+        if isinstance(n, (cst.Lambda, cst.FunctionDef, cst.ClassDef)) and n is not node:
+            continue
+        stack.extend(children(n))
+    return out
 
 
 def names_in(expr) -> set:
@@ -370,7 +404,8 @@ def _permutes_own_samples(fn) -> bool:
 class LoaderInfo:
     """A ``DataLoader(...)`` construction."""
 
-    __slots__ = ("op", "fn", "shuffle", "sampler", "iterable", "unknown", "shuffle_arg", "full_batch")
+    __slots__ = ("op", "fn", "shuffle", "sampler", "iterable", "unknown", "shuffle_arg", "full_batch",
+                 "random_samples")
 
     def __init__(self, op, fn):
         self.op, self.fn = op, fn
@@ -380,6 +415,8 @@ class LoaderInfo:
         self.iterable = False
         self.unknown = False  # **kwargs / *args: anything may be set
         self.full_batch = False  # batch_size=len(dataset), or a dataset of one graph
+        # test code's synthetic data: every sample an independent random draw, no order to keep
+        self.random_samples = False
 
 
 # ============================================================== the per-module answers
@@ -1050,7 +1087,174 @@ class Resources:
             info.full_batch = True  # one batch per epoch: the order does not matter
         elif ds is not None and self._single_graph_dataset(fn, ds):
             info.full_batch = True  # one graph, one item: the same single batch every epoch
+        elif ds is not None:
+            # the dataset's size is known (literal samples, ``list(zip(xs, ys))`` of literal
+            # lists, ``torch.randn(64, 8)``) and one batch (``batch_size``, 1 by default in
+            # torch and the library loaders) holds it
+            size = self.dataset_size_bound(fn, ds)
+            batch = self.int_value(fn, bs.value) if bs is not None else 1
+            if size is not None and batch is not None and 0 < size <= batch:
+                info.full_batch = True
+        if ds is not None and in_test_tree(self.mm) and self.dataset_random(fn, ds):
+            info.random_samples = True  # a test helper's synthetic data (``tests/helpers/``)
         return info
+
+    def dataset_random(self, fn, ds, depth: int = 0) -> bool:
+        """Every value the dataset expression may have holds only independent random draws:
+        ``torch.randn(n, d)``, a ``TensorDataset`` or ``Subset`` of such tensors, or a dataset
+        class of this module whose ``__getitem__`` reads nothing but such draws (``self.data =
+        torch.randn(length, size)``; ``return torch.rand(3, 32, 32)``): synthetic data of tests,
+        profiling and benchmarks, whose order carries nothing."""
+        if depth > 5 or ds is None:
+            return False
+        if isinstance(ds, (cst.Name, cst.Attribute)):
+            vals = self._dataset_values(fn, ds)
+            d = dotted(ds) or ""
+            cls = fn.cls or (fn.parent.cls if fn.parent is not None else None)
+            if not vals and d.count(".") == 1 and d.startswith("self.") and cls is not None:
+                # ``self.random_train``, set by another method of the class (``setup``)
+                vals = [(m, v) for m in cls.methods.values() for _op, v, idx in self.assigns(m).get(d, ())
+                        if idx is None]
+            return bool(vals) and all(v is not None and not isinstance(v, (cst.Name, cst.Attribute))
+                                      and self.dataset_random(owner, v, depth + 1) for owner, v in vals)
+        if not isinstance(ds, cst.Call) or any(a.star for a in ds.args):
+            return False
+        name = dotted(ds.func) or ""
+        qual = self.mm.qualify(name) or name
+        pos = [a.value for a in ds.args if a.keyword is None]
+        if qual in catalog.RANDOM_FACTORIES:
+            return True
+        if qual in ("torch.utils.data.TensorDataset", "torch.utils.data.dataset.TensorDataset"):
+            return bool(pos) and all(self.dataset_random(fn, a, depth + 1) for a in pos)
+        if qual in ("torch.utils.data.Subset", "torch.utils.data.dataset.Subset"):
+            inner = next((a.value for a in ds.args if a.keyword is not None and a.keyword.value == "dataset"),
+                         pos[0] if pos else None)
+            return self.dataset_random(fn, inner, depth + 1)
+        cls = self.mm.find_class(name) if name else None
+        return cls is not None and self._class_random(cls)
+
+    def _class_random(self, cls) -> bool:
+        get = cls.methods.get("__getitem__")
+        if get is None or get.is_module_level:
+            return False
+        local = set(self.assigns(get)) | set(get.params)
+        drawn = False
+        for n in _read_names(get.node.body):
+            parts = n.split(".")
+            if parts[0] == "self":
+                if len(parts) < 2:
+                    continue
+                path = ".".join(parts[:2])
+                defs = [(op, v, idx) for m in cls.methods.values() for op, v, idx in self.assigns(m).get(path, ())]
+                if not defs or not all(v is not None and idx is None and self._random_draw(v)
+                                       for _op, v, idx in defs):
+                    return False  # ``self.images``: data the instance was given or read
+                drawn = True
+            elif parts[0] not in local and parts[0] not in _BUILTIN_NAMES:
+                q = self.mm.imports.names.get(parts[0])
+                if q is None or q.split(".", 1)[0] not in ("torch", "numpy", "random", "math"):
+                    return False  # a global: a table of the notebook, a file list
+        for o in all_ops(get):
+            if isinstance(o, CallOp) and (self.mm.qualify(dotted(o.node.func)) or "") in catalog.RANDOM_FACTORIES:
+                drawn = True
+        return drawn
+
+    def _random_draw(self, v) -> bool:
+        return isinstance(v, cst.Call) and (self.mm.qualify(dotted(v.func)) or "") in catalog.RANDOM_FACTORIES
+
+    def int_value(self, fn, e, depth: int = 0) -> Optional[int]:
+        """The value of an integer expression on evidence: a literal, a name every definition of
+        which (here, in enclosing functions, the module) is one, and ``+ - * //`` of those."""
+        if depth > 4 or e is None:
+            return None
+        if isinstance(e, cst.Integer):
+            try:
+                return int(e.evaluated_value)
+            except (TypeError, ValueError):
+                return None
+        if isinstance(e, cst.BinaryOperation):
+            a, b = self.int_value(fn, e.left, depth + 1), self.int_value(fn, e.right, depth + 1)
+            if a is None or b is None:
+                return None
+            if isinstance(e.operator, cst.Add):
+                return a + b
+            if isinstance(e.operator, cst.Subtract):
+                return a - b
+            if isinstance(e.operator, cst.Multiply):
+                return a * b
+            if isinstance(e.operator, cst.FloorDivide) and b:
+                return a // b
+            return None
+        if isinstance(e, cst.Name):
+            defs = self.definitions(fn, e.value)
+            if not defs or any(v is None or idx is not None for _o, _op, v, idx in defs):
+                return None
+            got = {self.int_value(owner, v, depth + 1) for owner, _op, v, _idx in defs}
+            return got.pop() if len(got) == 1 else None
+        return None
+
+    def dataset_size_bound(self, fn, ds, depth: int = 0) -> Optional[int]:
+        """At most how many samples the dataset expression ``ds`` holds, on evidence only, else
+        ``None``: a literal list or tuple (``[x0, x1, x2, x3]``), ``list(zip(xs, ys))`` (the
+        shortest known), ``range(n)``, a literal slice ``xs[:k]``, tensors of literal rows
+        (``torch.tensor([[0, 0], [0, 1]])``, ``torch.randn(64, 8)``), ``TensorDataset`` of those,
+        MONAI datasets over such a list and ``Subset(ds, indices)``; names are followed through
+        every definition (the largest counts) and parameters through the callers' arguments.
+        A dataset class of the tree, a file read or anything computed is unknown."""
+        if depth > 6 or ds is None:
+            return None
+        if isinstance(ds, (cst.Name, cst.Attribute)):
+            vals = self._dataset_values(fn, ds)
+            if not vals or any(v is None or v is ds for _o, v in vals):
+                return None
+            sizes = [self.dataset_size_bound(owner, v, depth + 1) for owner, v in vals]
+            return None if any(n is None for n in sizes) else max(sizes)
+        if isinstance(ds, (cst.List, cst.Tuple)):
+            if any(isinstance(el, cst.StarredElement) for el in ds.elements):
+                return None
+            return len(ds.elements)
+        if isinstance(ds, cst.Subscript) and len(ds.slice) == 1 and isinstance(ds.slice[0].slice, cst.Slice):
+            sl = ds.slice[0].slice
+            if sl.step is not None:
+                return None
+            lo = self.int_value(fn, sl.lower) if sl.lower is not None else 0
+            hi = self.int_value(fn, sl.upper) if sl.upper is not None else None
+            if lo is not None and lo >= 0 and hi is not None and hi >= lo:
+                return hi - lo  # ``xs[:k]``: k at most
+            whole = self.dataset_size_bound(fn, ds.value, depth + 1)
+            return whole
+        if not isinstance(ds, cst.Call):
+            return None
+        name = dotted(ds.func) or ""
+        qual = self.mm.qualify(name) or name
+        pos = [a.value for a in ds.args if a.keyword is None and not a.star]
+        if any(a.star for a in ds.args):
+            return None
+        if qual in ("zip", "torch.utils.data.TensorDataset", "torch.utils.data.dataset.TensorDataset"):
+            known = [n for n in (self.dataset_size_bound(fn, a, depth + 1) for a in pos) if n is not None]
+            return min(known) if known else None  # as long as its shortest argument
+        if qual == "range":
+            ints = [self.int_value(fn, a) for a in pos]
+            if len(ints) == 1 and ints[0] is not None:
+                return max(ints[0], 0)
+            if len(ints) == 2 and None not in ints:
+                return max(ints[1] - ints[0], 0)
+            return None
+        if qual in catalog.SIZED_BY_ARGUMENT:
+            at, kw = catalog.SIZED_BY_ARGUMENT[qual]
+            arg = next((a.value for a in ds.args if a.keyword is not None and a.keyword.value == kw), None)
+            if arg is None and len(pos) > at:
+                arg = pos[at]
+            return self.dataset_size_bound(fn, arg, depth + 1) if arg is not None else None
+        if not pos or ds.args[0].keyword is not None:
+            return None
+        if qual in catalog.SIZED_FACTORIES:
+            rows = self.int_value(fn, pos[0])
+            if rows is not None:
+                return rows
+        if qual in catalog.DATA_FACTORIES:
+            return self.dataset_size_bound(fn, pos[0], depth + 1)
+        return None
 
     def _single_graph_dataset(self, fn, ds) -> bool:
         """Every value the dataset can have is a library dataset of one graph (``Planetoid``
