@@ -17,7 +17,8 @@ from torchlint.model.queries import (
     analysable_functions, clear_covers, clears, exclusive, first_direct, grads_handed_off, guards_inside,
     is_accumulation_test, is_kind, iteration, leaves_iteration, local_function, manual_update,
     optimizer_owners_text, optimizer_paths, optimizer_wrapper_call, passes_as_argument,
-    carried_clears, clears_on_some_paths, implicit_loop, may_compute_gradients, one_step_function,
+    carried_clears, clears_on_some_paths, clears_together, implicit_loop, may_compute_gradients,
+    one_step_function, timed_repetition_loop,
     scheduler_optimizer, scheduler_sets_epoch,
     step_applies_no_gradients, stepped_on_every_path_before, unguarded_in, unit_body,
 )
@@ -365,7 +366,8 @@ for x, y in loader:
             stepped = frozenset(norm_path(o.target) for o in seq
                                 if isinstance(o, CallOp) and o.kind == STEP and o.target)
             all_clears = [o for o in seq if clears(mm, o)]
-            covering = [o for o in all_clears if clear_covers(mm, fn, o, op, False, stepped=stepped)]
+            covering = [o for o in all_clears if clear_covers(mm, fn, o, op, False, stepped=stepped)] \
+                or clears_together(mm, fn, all_clears, op)
             if covering:
                 if clears_on_some_paths(mm, fn, loop, op, covering):
                     c = covering[0]
@@ -386,6 +388,8 @@ for x, y in loader:
                              f"{detail}, so they accumulate across iterations",
                              fix=_insert_zero_grad(op), scope=fn.qualname)
                 continue
+            if timed_repetition_loop(mm, fn, loop):
+                continue  # a loop timing one fixed forward/backward/step: what it measures is not the weights
             yield Report(op.node, f"`{_src(op)}` runs in {_in_loop(fn, op)} that never clears gradients, so "
                          "they accumulate across iterations", fix=_insert_zero_grad(op), scope=fn.qualname)
         yield from self._steps_in_helpers(mm)

@@ -23,7 +23,7 @@ def _graph_accumulations(mm):
                 continue
             if not res.loop_trains(fn, acc.loops[0]):
                 continue
-            if res.consumed_by_backward(acc):
+            if res.consumed_by_backward(acc) or res.within_one_step(acc):
                 continue
             yield fn, acc, _is_loss(acc)
     for fn in mm.all_functions:

@@ -629,6 +629,36 @@ def clear_covers(mm, fn, c, step: CallOp, must: bool, n_opts: int = 1, stepped=f
     return unknown
 
 
+def clears_together(mm, fn, clears_: list, step: CallOp) -> list:
+    """The clearings of ``clears_`` that, taken together, clear every parameter the optimizer of
+    ``step`` applies, when no single one does: an optimizer over two models (``Adam(chain(
+    G.parameters(), D.parameters()))``, infoGAN's) whose models' own optimizers
+    (``optD.zero_grad()``, ``optG.zero_grad()``) each clear one of them.  ``[]`` when they do
+    not, or when an owner is not known."""
+    if step.target is None:
+        return []
+    owners = mm.resolver.optimizer_owners(fn, norm_path(step.target))
+    if not owners:
+        return []
+    used, covered = [], set()
+    for c in clears_:
+        if not isinstance(c, CallOp) or c.kind != CLEAR or not c.target:
+            continue
+        ct = norm_path(c.target)
+        role = mm.resolver.of_path(fn, ct)[0]
+        if role == catalog.OPTIMIZER:
+            theirs = mm.resolver.optimizer_owners(fn, ct) or frozenset()
+        elif role == catalog.MODEL:
+            theirs = frozenset({ct})
+        else:
+            continue
+        hit = {o for o in owners if any(_under(o, t) for t in theirs)}
+        if hit - covered:
+            used.append(c)
+            covered |= hit
+    return used if len(used) > 1 and covered == set(owners) else []
+
+
 def may_compute_gradients(mm, o) -> bool:
     """``o`` computes or writes gradients (in any spelling), or calls code of the tree whose
     effects are unknown."""
@@ -1775,3 +1805,56 @@ def callers_fail_guard(mm, fn, cond) -> bool:
         if not ok:
             return False
     return True
+
+# clocks and memory probes a benchmark reads around the code it measures
+_TIMERS = {"time.time", "time.perf_counter", "time.monotonic", "time.process_time", "time.time_ns",
+           "time.perf_counter_ns", "timeit.default_timer", "torch.cuda.synchronize",
+           "torch.cuda.max_memory_allocated", "torch.cuda.memory_allocated", "torch.cuda.max_memory_reserved",
+           "torch.cuda.reset_peak_memory_stats", "pynvml.nvmlDeviceGetMemoryInfo"}
+_TIMER_METHODS = {"elapsed_time"}  # ``start.elapsed_time(end)`` of two ``torch.cuda.Event``s
+
+
+def _is_timer(mm, op) -> bool:
+    if not isinstance(op, CallOp):
+        return False
+    if op.attr in _TIMER_METHODS:
+        return True
+    name = dotted(op.node.func) or ""
+    return (mm.qualify(name) or name) in _TIMERS
+
+
+def timed_repetition_loop(mm, fn, loop: Optional[LoopOp]) -> bool:
+    """``loop`` repeats one fixed computation to time it or measure its memory, not to train:
+    it runs over ``range(n)``, every forward in it takes only inputs built before the loop
+    (the same tensors every iteration: no batch is drawn), and a clock or memory probe is read
+    before it and again inside or after it (``start = time.time()``; ``for i in range(1000):
+    out = layer(x); ...; loss.backward(); opt.step()``; ``time.time() - start``).  What the
+    optimizer does to the layer's weights there is not what is measured."""
+    if loop is None or loop.is_while or not isinstance(loop.iter, cst.Call) or dotted(loop.iter.func) != "range":
+        return False
+    bound = set(names_in(loop.target)) if loop.target is not None else set()
+    forwards = []
+    for o in walk(loop.body):
+        if isinstance(o, AssignOp):
+            bound |= _assigned_names(o)
+        elif isinstance(o, LoopOp) and o.target is not None:
+            bound |= names_in(o.target)
+        if isinstance(o, CallOp) and o.kind == FORWARD:
+            forwards.append(o)
+    if not forwards:
+        return False
+    for f in forwards:
+        for a in f.args:
+            if names_in(a.value) & bound:
+                return False  # a batch the loop draws or builds
+    first, _, last, _ = mm.span_of(loop.node)
+    before = later = False
+    for o in all_ops(fn):
+        if not _is_timer(mm, o):
+            continue
+        line = mm.line_of(o.node)
+        if line < first:
+            before = True
+        elif line >= first:
+            later = True  # inside the loop or after it
+    return before and later

@@ -30,7 +30,8 @@ import libcst as cst
 from . import catalog
 from .binder import FunctionModel, _child_fields, dotted
 from .ir import (
-    AUTOGRAD_GRAD, BACKWARD, CALL, FORWARD, GRAD_OFF, LOSS, MOVE, AssignOp, BranchOp, CallOp, LoopOp,
+    AUTOGRAD_GRAD, BACKWARD, CALL, FORWARD, GRAD_OFF, LOSS, MOVE, STEP, AssignOp, BranchOp, CallOp,
+    LoopOp,
     ReturnOp, all_ops, walk,
 )
 
@@ -1760,6 +1761,43 @@ class Resources:
 
         return any(any(is_kind(self.mm, o, BACKWARD) for o in walk(lp.body) if isinstance(o, CallOp))
                    for lp in acc.loops)
+
+    def within_one_step(self, acc: Accumulation) -> bool:
+        """The container lives for one optimizer step only: a local of ``fn`` given a fresh value
+        there outside any loop (each call starts anew), summed in one loop over ``range(k)``
+        (micro-batches, not ``len(loader)``) that runs ``backward()`` and no step, the step coming
+        after that loop in ``fn``, and the container neither returned nor stored elsewhere.
+        ``total += divergence`` over the gradient-accumulation passes of one step holds those
+        few passes' graphs until the function returns (their buffers already freed by their
+        backward), not every training iteration's."""
+        from .queries import is_kind
+
+        fn, c = acc.fn, acc.container
+        if len(acc.loops) != 1 or "." in c or not c.isidentifier():
+            return False
+        loop = acc.loops[0]
+        if loop.parent is not None or loop.is_while or not isinstance(loop.iter, cst.Call) \
+                or dotted(loop.iter.func) != "range" or any(a.star for a in loop.iter.args) \
+                or any(isinstance(a.value, cst.Call) and dotted(a.value.func) == "len" for a in loop.iter.args):
+            return False
+        if not any(r.loop is None for r in self._resets(fn, c)):
+            return False
+        first, _, last, _ = self.mm.span_of(loop.node)
+        inside = [o for o in walk(loop.body) if isinstance(o, CallOp)]
+        if any(o.kind == STEP or is_kind(self.mm, o, STEP) for o in inside):
+            return False
+        if not any(isinstance(o, CallOp) and o.kind == STEP and o.loop is None and self.mm.line_of(o.node) > last
+                   for o in all_ops(fn)):
+            return False
+        for o in all_ops(fn):
+            if isinstance(o, ReturnOp) and o.value is not None and c in names_in(o.value):
+                return False
+            if isinstance(o, AssignOp) and o.value is not None and dotted(o.value) == c:
+                return False  # an alias that may outlive the call
+            if isinstance(o, CallOp) and o.attr in ("append", "extend", "insert", "add") and \
+                    any(dotted(a.value) == c for a in o.args):
+                return False
+        return True
 
     def consumed_by_backward(self, acc: Accumulation) -> bool:
         """A backward (or ``autograd.grad``) whose input derives from the container runs in
