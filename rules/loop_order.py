@@ -348,6 +348,14 @@ for x, y in loader:
     loss.backward()
     optimizer.step()
 """
+    known_problems = (
+        "Not reported: a step whose parameters the loop's clearings cover together (an "
+        "optimizer over `chain(G.parameters(), D.parameters())` cleared by `optG.zero_grad()` "
+        "and `optD.zero_grad()`), and a loop that times one fixed computation rather than "
+        "training (it runs over `range(n)`, every forward takes inputs built before the loop, "
+        "and a clock or memory probe such as `time.time()`, `torch.cuda.synchronize()` or "
+        "`torch.cuda.max_memory_allocated()` is read before it and again inside or after it)."
+    )
     fix_safety = "unsafe"
     fix_doc = ("Inserts `optimizer.zero_grad()` as the first statement of the loop body. Unsafe: "
                "code that accumulates on purpose across the whole loop would change behaviour.")

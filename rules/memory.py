@@ -80,7 +80,9 @@ for x, y in loader:
         "Values that are meant to keep their graph are not flagged: a list of losses (or "
         "per-episode log-probabilities) that a `backward()` later in the same function "
         "consumes, `loss = loss + aux_loss` before `backward()`, and anything under "
-        "`torch.no_grad()`."
+        "`torch.no_grad()`. Nor is a local sum over the `range(k)` gradient-accumulation passes "
+        "of one optimizer step (fresh at each call, the step after that loop, not returned or "
+        "stored): it holds a few passes' graphs until the function returns."
     )
     fix_safety = "unsafe"
     fix_doc = (
