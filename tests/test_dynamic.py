@@ -242,7 +242,17 @@ def test_probes_stay_quiet_on_correct_fixture(path, device, good_runs):
     # a weak one only confirms a static finding at its line) must not happen on a correct program
     fired = [(o["codes"], o["evidence"]) for o in jr.facts
              if o.get("t") in ("obs", "end104") and not o.get("weak")]
+    intended = _INTENDED_OBSERVATIONS.get(os.path.relpath(path, FIXTURES))
+    if intended:  # what the program does on purpose is observed, and nothing else
+        assert fired and all(set(codes) <= intended for codes, _ in fired), fired
+        return
     assert not fired
+
+
+# correct programs that do on purpose what a probe observes: a layer's time/memory benchmark
+# repeats forward/backward/step on one fixed input without clearing (the gradients do pile up;
+# what is measured does not depend on them), which TL103 leaves alone on static evidence
+_INTENDED_OBSERVATIONS = {"loop_order/good/attention_layer_time_memory_benchmark.py": {"TL103"}}
 
 
 def _new_rule_cases():
