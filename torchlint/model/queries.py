@@ -1806,6 +1806,7 @@ def callers_fail_guard(mm, fn, cond) -> bool:
             return False
     return True
 
+
 # clocks and memory probes a benchmark reads around the code it measures
 _TIMERS = {"time.time", "time.perf_counter", "time.monotonic", "time.process_time", "time.time_ns",
            "time.perf_counter_ns", "timeit.default_timer", "torch.cuda.synchronize",
