@@ -11,6 +11,7 @@ from torchlint.model.ir import STEP, AssignOp, CallOp, LoopOp, ReturnOp, all_ops
 from torchlint.model.queries import (
     exclusive, is_kind, iteration, module_replacement, names_in, optimizer_constructions, reads_name,
 )
+from torchlint.model.resources import param_for
 from torchlint.rule import Report, Rule
 
 from . import register
@@ -98,17 +99,9 @@ def _param_given(mm, fn, op: CallOp, path: str):
     callee = mm.resolve_call(fn, op) if op.func else None
     if not isinstance(callee, FunctionModel):
         return None
-    params = list(callee.params)
-    if callee.cls is not None and params and params[0] in ("self", "cls") and "." in (op.func or ""):
-        params = params[1:]
-    positional = [a for a in op.args if a.keyword is None and not a.star]
-    for k, a in enumerate(positional):
-        if dotted(a.value) == path:
-            return (callee, params[k]) if k < len(params) else None
-    for a in op.args:
-        if a.keyword is not None and dotted(a.value) == path:
-            return callee, a.keyword.value
-    return None
+    a = next((a for a in op.args if not a.star and dotted(a.value) == path), None)
+    name = param_for([p for p in callee.params if not p.startswith("*")], op, a) if a is not None else None
+    return (callee, name) if name else None
 
 
 def _class_methods(mm, cls) -> list:

@@ -339,6 +339,18 @@ def is_eval_name_word(name: str) -> bool:
     return any(w in _EVAL_WORDS or w.startswith(("val", "test", "eval")) for w in ws)
 
 
+
+def param_for(params, op, a) -> Optional[str]:
+    """The parameter of a callee with ``params`` that the argument ``a`` of the call ``op``
+    binds (a method called through an attribute skips its ``self``/``cls``), or ``None``."""
+    if a.keyword is not None:
+        return a.keyword.value if a.keyword.value in params else None
+    if params and params[0] in ("self", "cls") and (op.func or "").count(".") >= 1:
+        params = params[1:]
+    positional = [x for x in op.args if x.keyword is None and not x.star]
+    j = positional.index(a) if a in positional else -1
+    return params[j] if 0 <= j < len(params) else None
+
 class Move:
     """A device move of a model: where it happened and the device expression it used."""
 
@@ -1390,19 +1402,19 @@ class Resources:
                     continue
                 if o.kind != CALL or isinstance(o.info, str):
                     continue
-                for i, a in enumerate(o.args):
+                for a in o.args:
                     if dotted(a.value) != path:
                         continue
                     callee = o.info
                     if not hasattr(callee, "body"):
                         sm = self.mm.summary_of(callee)
-                        param = self._param_for(sm.get("params", []) if sm else [], o, i, a)
+                        param = param_for(sm.get("params", []) if sm else [], o, a)
                         for entry in (sm or {}).get("reshuffles", ()):
                             if len(entry) == 3 and entry[0] == param:
                                 out.add((entry[1], bool(entry[2]) or o.loop is not None))
                         continue
                     params = [p for p in callee.params if not p.startswith("*")]
-                    param = self._param_for(params, o, i, a)
+                    param = param_for(params, o, a)
                     if param is not None:
                         for m, looped in self._reshuffles(callee, param, depth + 1, seen, None):
                             out.add((m, looped or o.loop is not None))
@@ -1491,14 +1503,14 @@ class Resources:
                 elif isinstance(o, CallOp) and _train_loader_argument(o, path):
                     out.append((f, "fit"))  # trainer.fit(model, loader), Trainer(train_loader=loader)
                 elif isinstance(o, CallOp) and o.kind == CALL and not isinstance(o.info, str):
-                    for i, a in enumerate(o.args):
+                    for a in o.args:
                         if dotted(a.value) != path:
                             continue
                         callee = o.info
                         if not hasattr(callee, "body"):
                             # another module: its summary tells which parameters it trains on
                             s = self.mm.summary_of(callee)
-                            param = self._param_for(s.get("params", []) if s else [], o, i, a)
+                            param = param_for(s.get("params", []) if s else [], o, a)
                             if s and param is not None:
                                 if param in s.get("trains_on", ()):
                                     out.append((f, "train"))
@@ -1506,7 +1518,7 @@ class Resources:
                                     out.append((f, "eval"))
                             continue
                         params = [p for p in callee.params if not p.startswith("*")]
-                        param = self._param_for(params, o, i, a)
+                        param = param_for(params, o, a)
                         if param is not None:
                             out.extend(self.loader_sites(callee, param, depth + 1, seen))
         return out
@@ -1593,16 +1605,6 @@ class Resources:
         span = self._binding_span(fn, path, bind_node)
         at = self._positions(fn).get(id(loop))
         return span is None or at is None or span[0] < at < span[1]
-
-    @staticmethod
-    def _param_for(params, op, i, a) -> Optional[str]:
-        if a.keyword is not None:
-            return a.keyword.value if a.keyword.value in params else None
-        if params and params[0] in ("self", "cls") and (op.func or "").count(".") >= 1:
-            params = params[1:]
-        positional = [x for x in op.args if x.keyword is None and not x.star]
-        j = positional.index(a) if a in positional else -1
-        return params[j] if 0 <= j < len(params) else None
 
     def loop_trains(self, fn, loop: LoopOp) -> bool:
         """The loop (or one around it) runs backward, directly or through helpers."""
