@@ -22,7 +22,7 @@ def test_manifest_batches_are_split_by_their_own_rules():
     _, bugs = hist.load_manifest(hist.DEFAULT_MANIFEST)
     with open(hist.DEFAULT_MANIFEST, "rb") as fh:
         header = tomllib.load(fh)
-    assert hist.batch_rules(header) == {1: "sha1", 2: "none", 3: "none", 4: "none", 5: "all"}
+    assert hist.batch_rules(header) == {1: "sha1", 2: "none", 3: "none", 4: "none", 5: "none"}
     assert all(len(b["buggy"]) == 40 and len(b["fixed"]) == 40 for b in bugs)
     first = [b for b in bugs if b["batch"] == 1]
     second = [b for b in bugs if b["batch"] == 2]
@@ -55,10 +55,10 @@ def test_manifest_batches_are_split_by_their_own_rules():
     assert "4d0d963" in header["batch4_heldout_rule"] and "10/23" in header["batch4_heldout_rule"]
     assert not {b["repo"].lower() for b in fourth} & {b["repo"].lower() for b in first + second + third}
     assert not {b["repo"].lower() for b in fourth} & {r.lower() for r in realworld}
-    # batch 5: a fresh batch, held out whole, from repositories that no earlier batch and no
-    # real-world batch has
-    assert len(fifth) == 20 and {b["part"] for b in fifth} == {"heldout"}
-    assert "every entry held-out" in header["batch5_heldout_rule"]
+    # batch 5: from repositories that no earlier batch and no real-world batch has; held out
+    # whole, scored once (its rule keeps the score), then tuned on
+    assert len(fifth) == 20 and {b["part"] for b in fifth} == {"tuned"}
+    assert "af595c8" in header["batch5_heldout_rule"] and "10/20" in header["batch5_heldout_rule"]
     assert not {b["repo"].lower() for b in fifth} & {b["repo"].lower() for b in first + second + third + fourth}
     assert not {b["repo"].lower() for b in fifth} & {r.lower() for r in realworld}
     assert len({b["id"] for b in bugs}) == len(bugs)
