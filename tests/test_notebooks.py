@@ -62,6 +62,14 @@ FORMS = [
     ("s = '''\n!not a command\n%notmagic\n'''\nprint(s)", "s = '''\n!not a command\n%notmagic\n'''\nprint(s)"),
     ("total = (a\n         / b)\nrest = a \\\n    % b\nw = 5 % 3", "total = (a\n         / b)\nrest = a \\\n    % b\nw = 5 % 3"),
     ("x = 1  # why?\nd = {'%a': 1,\n     '!b': 2}", "x = 1  # why?\nd = {'%a': 1,\n     '!b': 2}"),
+    # a cell saved with Windows line endings: Jupyter's editor splits lines on CRLF, so a `\`
+    # before the `\r` continues the command
+    ("!pip install -q torch \\\r\n    pandas\r\nimport torch\r\n", "pass\n\nimport torch\n"),
+    # tabs and spaces mixed in a way CPython accepts (columns agree at tab sizes 8 and 1): the
+    # tabs become spaces at size 8, which libcst's tokenizer reads as CPython does
+    ("with open(p, 'w') as f:\t\n\t  f.write('id\\n')\n\t  for i in ids:\n        # a row\n\t\t    f.write(i)\nprint(p)",
+     "with open(p, 'w') as f:\t\n          f.write('id\\n')\n          for i in ids:\n        # a row\n"
+     "                    f.write(i)\nprint(p)"),
 ]
 
 
@@ -71,6 +79,26 @@ def test_ipython_forms_are_code_or_skipped(cell, python):
     assert got == python
     assert got.count("\n") == cell.count("\n")  # positions never move to another line
     ast.parse(got)
+
+
+def test_a_tab_mix_cpython_rejects_is_still_a_syntax_error(tmp_path):
+    # `\t` then 8 spaces: the same column at tab size 8, not at tab size 1 (TabError)
+    cell = "for i in range(3):\n\tprint(i)\n        print(i * 2)"
+    lines, off, _, _ = transform_cell(cell.split("\n"))
+    assert lines == cell.split("\n") and off == [0, 0, 0]
+    nb = {"cells": [{"cell_type": "code", "metadata": {}, "outputs": [], "source": cell},
+                    {"cell_type": "code", "metadata": {}, "outputs": [], "source": "x = 1"}],
+          "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    path = tmp_path / "tabs.ipynb"
+    path.write_text(json.dumps(nb))
+    out = tl("check", "--select", "TL001", "--output-format", "concise", str(path)).stdout
+    assert f"{path}:cell 1:" in out and "TL001" in out and "cell 2" not in out
+
+
+def test_columns_in_a_line_whose_tabs_were_expanded_point_into_the_cell():
+    lines, off, _, _ = transform_cell(["if x:", "\t  y = loss.data[0]", "\t  z = 1", "w = 2"])
+    assert lines[1] == "          y = loss.data[0]" and off[1] == -7
+    assert lines[1].index("loss") + off[1] == "\t  y = loss.data[0]".index("loss")
 
 
 @pytest.mark.parametrize("magic", ["writefile train.py", "bash", "html", "javascript", "sh", "script python",

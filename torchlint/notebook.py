@@ -3,6 +3,8 @@
 Each code cell is turned into Python the way IPython's input transformers see it, line for
 line (a cell keeps its number of lines, so positions map back):
 
+* CRLF line endings are read as Jupyter's editor splits lines (a ``\\`` before ``\\r``
+  continues the line);
 * the indentation all its lines share is removed (a uniformly indented cell);
 * ``%%time``/``%%timeit``/``%%capture``/``%%prun``/``%%debug``/``%%memit`` cells are their body,
   transformed in turn; other cell magics (``%%writefile``, ``%%bash``, ``%%html`` ...) hold
@@ -16,6 +18,9 @@ line (a cell keeps its number of lines, so positions map back):
   ``%`` (``pip install diffusers``, ``cd ..``, ``time train(model)``) and is not Python (it
   does not parse on its own) is that magic, transformed as above. A line that parses
   (``pip = 3``, ``ls -la``) is left as Python.
+
+Leading tabs mixed with spaces in a way CPython accepts become spaces at tab size 8 (libcst's
+tokenizer rejects some such mixes); a mix CPython rejects is left to be reported.
 
 A cell that still does not parse is reported once (TL001, at its own cell and line) and left
 out of the program, so the other cells are linted. Findings carry ``cell`` (1-based, counting
@@ -202,6 +207,9 @@ def _parses(code: str) -> bool:
 def transform_cell(lines: list):
     """A cell's lines as Python, line for line: (lines, column offsets, synthetic line indices,
     the name of a cell magic that holds no Python or None)."""
+    # Jupyter's editor splits lines on CRLF too: a cell saved from Windows runs as LF lines
+    # (a ``\\`` before ``\r`` still continues the line); columns before the ``\r`` do not move
+    lines = [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
     out = list(lines)
     off = [0] * len(lines)
     synthetic = set()
@@ -252,7 +260,30 @@ def transform_cell(lines: list):
                 continue
         depth, quote, cont = _scan(line, depth, quote)
         i += 1
+    _expand_mixed_indentation(out, off)
     return out, off, synthetic, None
+
+
+def _expand_mixed_indentation(out: list, off: list) -> None:
+    """Indentation that mixes tabs and spaces in a way CPython accepts (it compares columns at
+    tab size 8 and 1 and runs the cell when both agree) but libcst's tokenizer rejects: the
+    tabs of each leading indentation become spaces at tab size 8, as CPython counts them, and
+    the column offsets take the shift. A mix CPython rejects (``TabError``) is left alone, so
+    the cell is still reported."""
+    indents = [ln[:len(ln) - len(ln.lstrip(" \t"))] for ln in out]
+    tabbed = [i for i, ind in enumerate(indents) if "\t" in ind]
+    if not tabbed or all(" " not in ind for ind in indents):
+        return  # no tabs, or tabs only: libcst reads those as CPython does
+    try:
+        compile("\n".join(out) + "\n", "<cell>", "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
+    except (SyntaxError, ValueError):
+        return
+    for i in tabbed:
+        indent = indents[i]
+        code = out[i][len(indent):]
+        wide = indent.expandtabs(8)
+        out[i] = wide + code
+        off[i] -= len(wide) - len(indent)
 
 
 # ------------------------------------------------------------------ loading
