@@ -192,7 +192,7 @@ def test_a_notebook_edited_cell_by_cell_lints_as_from_scratch_and_reuses_the_oth
     rng = random.Random(seed)
     path = str(tmp_path / "lab.ipynb")
     opts = _opts()
-    cells = _notebook_cells(300)
+    cells = _notebook_cells(150)
     memo = DocumentMemo()
     first = _lint_cells(path, cells, opts, memo)
     assert _cell_key(first) == _cell_key(_lint_cells(path, cells, opts))
