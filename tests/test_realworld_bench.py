@@ -20,7 +20,7 @@ def test_manifest_is_pinned_diverse_and_split_by_its_rule():
     assert {e["repo"] for e in entries if e["part"] == "heldout"} == held
     for b in {e["batch"] for e in entries}:
         batch = [e["repo"] for e in entries if e["batch"] == b]
-        n_held = {3: 0, 4: 0, 5: 0, 6: 0, 7: 0, 8: 0, 9: 0}.get(b, (len(batch) + 3) // 4)
+        n_held = {3: 0, 4: 0, 5: 0, 6: 0, 7: 0, 8: 0, 9: 0, 10: len(batch)}.get(b, (len(batch) + 3) // 4)
         assert len(held & set(batch)) == n_held
     # batches 3 to 9 were held out whole, scored once, then tuned on: their rules say so and keep their scores
     assert {e["split"] for e in entries if e["batch"] in (3, 4, 5, 6, 7, 8, 9)} == {"none"}
@@ -45,6 +45,12 @@ def test_manifest_is_pinned_diverse_and_split_by_its_rule():
     # batch 9, chosen and pinned before any lint in the seventeenth session, scored once, tuned since
     assert "af595c8" in header["batch9_heldout_rule"] and "0.85" in header["batch9_heldout_rule"]
     assert len([e for e in entries if e["batch"] == 9]) == 16
+    # batch 10, chosen and pinned before any lint in the eighteenth session: the clean held-out part
+    assert header["batch10_heldout_rule"].startswith("batch 10: every repository held-out")
+    assert {e["split"] for e in entries if e["batch"] == 10} == {"all"}
+    assert len([e for e in entries if e["batch"] == 10]) == 16
+    assert not {e["repo"].lower() for e in entries if e["batch"] == 10} & {
+        e["repo"].lower() for e in entries if e["batch"] != 10}
     assert {e["split"] for e in entries if e["batch"] < 3} == {"sha1"}
     # batch 1 keeps the split it had before batch 2 was added
     first = [e["repo"] for e in entries if e["batch"] == 1]
