@@ -125,7 +125,9 @@ def training_verdict(mm, res, info):
         # fills a kNN feature bank, or a `train_dataloader` handed to `trainer.validate`
         return False, ""
     # a notebook cell that does not parse may train on it: there the name is all there is
-    evals = [s for s in sites if s[1] == "eval" or isinstance(s[1], LoopOp) and res.loop_evaluates(s[0], s[1])]
+    # (a pass that only precomputes the dataset another loader trains on reads it like an evaluation)
+    evals = [s for s in sites if s[1] == "eval" or isinstance(s[1], LoopOp) and (
+        res.loop_evaluates(s[0], s[1]) or res.loop_precomputes_dataset(s[0], s[1]))]
     train_named = [n for n in names if resources.is_train_name(n)]
     if train_named and not (sites and len(evals) == len(sites)):
         return True, f"it is named `{train_named[0].rsplit('.', 1)[-1]}` and a cell that does not parse may train on it"
@@ -178,7 +180,10 @@ for epoch in range(num_epochs):
         "computed are not flagged, and neither is a loader handed to code whose use of it is "
         "not seen (a module-level loader that other modules import and train on, a custom "
         "trainer taking it positionally). Only where a notebook cell that does not parse may "
-        "train on it does a `train`-named loader count as one."
+        "train on it does a `train`-named loader count as one, unless every loop seen over it "
+        "evaluates or only precomputes the dataset of another loader (a frozen backbone's "
+        "features collected with their labels into the `FeaturesDataset` a shuffled loader "
+        "trains on)."
     )
     fix_safety = "unsafe"
     fix_doc = ("Adds `shuffle=True` (or turns `shuffle=False` into `shuffle=True`). Unsafe: "

@@ -14,7 +14,7 @@ from torchlint.model.ir import (
 from torchlint.model.queries import (
     analysable_functions, call_runs_backward, callers_fail_guard, eval_arm_forwards, eval_step_helpers, evaluates_after_training, evaluates_drawn_batch,
     forward_records_no_graph, helper_forward_keys, lightning_eval_hook, is_kind, model_call_target, names_in,
-    iteration, local_function, reaches_backward, shape_probe, steps_or_updates, training_loop_before, trains, untrained_here,
+    iteration, local_function, method_runs_without_grad, reaches_backward, shape_probe, steps_or_updates, training_loop_before, trains, untrained_here,
     untrained_path_here, uses_autograd, within,
 )
 from torchlint.model.roles import is_eval_name
@@ -523,7 +523,12 @@ class EvalWithoutNoGrad(Rule):
         "(`range(max_len)` after `max_len = 200`, or a parameter whose default and every call pass "
         "a small literal), `xs[:8]`, a literal list, `if i == 3: break` at the top of the loop. A "
         "handful of small graphs, each freed at the next step, costs nothing worth a warning; a "
-        "loop over a loader, a dataset or a size from the command line is reported."
+        "loop over a loader, a dataset or a size from the command line is reported.\n\n"
+        "Loops that need gradients are not evaluation: a function the callers pass that runs "
+        "`backward()` (`attack(model, x, y)` given `fgsm`), a method of an object of the code that "
+        "fine-tunes before it scores (`user_module.test()` of a meta-learner). Neither is a call "
+        "of a method decorated `@torch.no_grad()` on an object the callers build "
+        "(`agent.policy(state)`)."
     )
     example = """\
 model.eval()
@@ -554,7 +559,9 @@ with torch.no_grad():
                     continue
                 if loop.runs_once:
                     continue  # one batch taken to look at (`...; break`): one graph, not one per batch
-                fwds = [o for o in walk(loop.body) if isinstance(o, CallOp) and o.kind == FORWARD]
+                # (a method of an object of the tree decorated ``@torch.no_grad()`` records no graph)
+                fwds = [o for o in walk(loop.body) if isinstance(o, CallOp) and o.kind == FORWARD
+                        and not method_runs_without_grad(mm, fn, o)]
                 # forwards through a library helper given the model, or a method of the model
                 runs = [(o, p) for o in walk(loop.body) for p in (model_call_target(mm, fn, o),) if p]
                 # the forwards run in a per-batch step called only from this loop

@@ -276,6 +276,15 @@ def uses_autograd(mm, block, fn=None) -> bool:
                                      "forward" if op.kind == FORWARD else op.attr)
             if s and (s.get("backward") or s.get("autograd")):
                 return True
+        if fn is not None and op.kind in (None, FORWARD):
+            # ``attack(model, x, y)``: a function the callers pass; ``user_module.test()`` on an
+            # instance of a tree class (a meta-test that fine-tunes before it scores)
+            called = passed_functions(mm, fn, op) if op.kind is None else []
+            called += receiver_methods(mm, fn, op) or [] if op.recv and op.attr else []
+            for t in called:
+                s = mm.summary_of(t)
+                if s and (s.get("backward") or s.get("autograd")):
+                    return True
     return False
 
 
@@ -1859,3 +1868,140 @@ def timed_repetition_loop(mm, fn, loop: Optional[LoopOp]) -> bool:
         elif line >= first:
             later = True  # inside the loop or after it
     return before and later
+
+
+def _site_arguments(mm, owner, param: str) -> Optional[list]:
+    """``[(caller, call op, argument or None)]`` for every call of ``owner`` in this module
+    (``None`` for a call that leaves ``param`` at its default), or ``None`` when nothing says
+    every call is here: no call, a starred argument, or calls from other modules."""
+    params = [p for p in owner.params if not p.startswith("*")]
+    if param not in params:
+        return None
+    idx = params.index(param) - (1 if owner.cls is not None and params and params[0] in ("self", "cls")
+                                 and "staticmethod" not in " ".join(owner.decorators) else 0)
+    if not owner.is_module_level and owner.parent is None and mm.module_name \
+            and mm.project.is_called(f"{mm.module_name}.{owner.qualname}"):
+        return None
+    out = []
+    for caller, op in mm.callers(owner):
+        if any(a.star for a in op.args):
+            return None
+        arg = next((a.value for a in op.args if a.keyword is not None and a.keyword.value == param), None)
+        positional = [a for a in op.args if a.keyword is None]
+        if arg is None and 0 <= idx < len(positional):
+            arg = positional[idx].value
+        out.append((caller, op, arg))
+    return out or None
+
+
+def _param_of(mm, fn, name: Optional[str]):
+    """The function (``fn`` or one around it) whose parameter ``name`` is, when nothing
+    assigns it there; else ``None``."""
+    if not name or "." in name or name in ("self", "cls"):
+        return None
+    from . import resources
+
+    return resources.get(mm).param_owner(fn, name)
+
+
+def instance_classes(mm, fn, path: Optional[str], at, depth: int = 0) -> Optional[list]:
+    """The classes of the linted tree (a local qualname, or the key-qualified name of a class of
+    another module) whose instances ``path`` holds where ``at`` runs in ``fn``, by evidence: a
+    binding to a constructor (``user_module = LocalUpdate(model, u)``; in top-level code the
+    binding above ``at``), or, for a parameter, what every call of its function in this module
+    passes, resolved the same way at the call (``test_agent(agent, env)`` after ``agent =
+    REINFORCE(...)`` and after ``agent = ActorCritic(...)``). ``None`` when anything is unknown."""
+    from .roles import _binding
+
+    if not path or depth > 3 or "(" in path or "[" in path or path in ("self", "cls") or path.startswith("self."):
+        return None
+    owner = _param_of(mm, fn, path)
+    if owner is not None:
+        sites = _site_arguments(mm, owner, path)
+        if not sites:
+            return None
+        out: list = []
+        for caller, op, arg in sites:
+            got = _value_classes(mm, caller, arg, op.node, depth + 1) if arg is not None else None
+            if not got:
+                return None
+            out.extend(c for c in got if c not in out)
+        return out
+    if "." in path:
+        return None
+    return _value_classes(mm, fn, _binding(mm, fn, mm.resolver, path, at), at, depth)
+
+
+def _value_classes(mm, fn, value, at, depth: int) -> Optional[list]:
+    if isinstance(value, cst.Call):
+        d = dotted(value.func)
+        if not d:
+            return None
+        cls = mm.find_class(d)
+        if cls is not None:
+            return [cls.qualname]
+        if mm.external_class(d) is not None:
+            return [mm.external_class_name(d)]
+        return None
+    if isinstance(value, cst.Name):
+        return instance_classes(mm, fn, value.value, at, depth + 1)
+    return None
+
+
+def receiver_methods(mm, fn, op) -> Optional[list]:
+    """The methods ``obj.name(...)`` runs when ``obj`` is, by evidence, an instance of classes
+    of the linted tree (:func:`instance_classes`): one ``FunctionModel`` or ``ExternalRef`` per
+    class, or ``None`` when a class or its method is unknown."""
+    if not isinstance(op, CallOp) or not op.recv or not op.attr or op.attr.startswith("__"):
+        return None
+    classes = instance_classes(mm, fn, op.recv, op.node)
+    if not classes:
+        return None
+    out = []
+    for c in classes:
+        m = mm.class_method(c, op.attr)
+        if m is None:
+            return None
+        out.append(m)
+    return out
+
+
+def passed_functions(mm, fn, op) -> list:
+    """The functions of this module a call of a parameter may run: the function each call of
+    the enclosing function passes for it, or its default (``attack(model, x, y, loss_fn)`` in
+    ``def gen_adv_examples(model, loader, attack, loss_fn)``, called with ``fgsm`` and with
+    ``ifgsm``)."""
+    from .callsites import _local_target
+
+    if not isinstance(op, CallOp) or op.kind is not None or not op.func or "." in op.func:
+        return []
+    owner = _param_of(mm, fn, op.func)
+    if owner is None:
+        return []
+    out = []
+    default = owner.defaults.get(op.func)
+    if isinstance(default, cst.Name):
+        t = _local_target(mm, owner.parent or mm.module_function, default.value)
+        if t is not None:
+            out.append(t)
+    for caller, call, arg in _site_arguments_any(mm, owner, op.func):
+        if isinstance(arg, cst.Name):
+            t = _local_target(mm, caller, arg.value, call.node)
+            if t is not None and t not in out:
+                out.append(t)
+    return out
+
+
+def _site_arguments_any(mm, owner, param: str) -> list:
+    """Like :func:`_site_arguments`, for the calls of this module whatever else calls it."""
+    from . import resources
+
+    return resources.get(mm).caller_arg_ops(owner, param)
+
+
+def method_runs_without_grad(mm, fn, op) -> bool:
+    """``agent.policy(state)`` where ``agent`` is, by evidence, an instance of tree classes
+    whose ``policy`` methods all run under ``@torch.no_grad()`` (or ``inference_mode``): what
+    the call runs records no graph, whatever the caller's context."""
+    ms = receiver_methods(mm, fn, op)
+    return bool(ms) and all((mm.summary_of(m) or {}).get("grad") == GRAD_OFF for m in ms)

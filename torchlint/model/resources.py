@@ -1628,6 +1628,39 @@ class Resources:
             return True
         return is_eval_name(fn.name) and not self.loop_trains(fn, loop)
 
+    def loop_precomputes_dataset(self, fn, loop: LoopOp) -> bool:
+        """The loop walks a loader once to precompute another dataset: it runs a model on the
+        batches and no backward, and a list it fills (``trn_labels.extend(labels)``,
+        ``feats.append(backbone(x).cpu())``) is handed, after it, to what builds the dataset of
+        another loader (``DataLoader(FeaturesDataset(feats, trn_labels), shuffle=True)``): that
+        loader is the one trained on, this one is only read through."""
+        from .queries import is_kind
+
+        if self.loop_trains(fn, loop) or not any(is_kind(self.mm, o, FORWARD) for o in walk(loop.body)):
+            return False
+        filled = {a.container for a in self.accumulations(fn)
+                  if a.how in ("append", "extend", "insert") and a.container and _within(a.op, loop)}
+        filled = {c for c in filled if not self.assigns(fn).get(c) or all(
+            not _within(op, loop) for op, _v, _i in self.assigns(fn).get(c, ()))}
+        if not filled:
+            return False
+        pos = self._positions(fn)
+        after = pos.get(id(loop), -1)
+        # names (and the lists themselves) whose value is built from a filled list, after the loop
+        built = set(filled)
+        for op in all_ops(fn):
+            if isinstance(op, AssignOp) and op.value is not None and pos.get(id(op), -1) > after \
+                    and not _within(op, loop) and names_in(op.value) & built:
+                built.update(d for d in (dotted(t) for t in op.targets) if d)
+        for op in all_ops(fn):
+            if not (isinstance(op, CallOp) and pos.get(id(op), -1) > after
+                    and (op.qual in catalog.LOADER_NAMES or op.qual in catalog.LIBRARY_LOADERS)):
+                continue
+            ds = _dataset_arg(op.node)
+            if ds is not None and names_in(ds) & built:
+                return True
+        return False
+
     def trains_on_params(self, fn) -> tuple:
         """(params iterated in a loop that trains, params iterated only in evaluation loops)."""
         tr, ev = set(), set()
