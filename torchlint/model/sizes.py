@@ -310,7 +310,8 @@ def runs_few_times(mm, fn, loop: LoopOp, ops) -> bool:
     ``loop``: it sits in ``loop`` itself (not in a loop nested in it: 12 series times 6 slices
     of each is a grid over the data), ``loop`` has a literal bound, and ``loop`` does not walk
     the models it runs (``for net in nets: net(test_x)`` scores each net on a whole test set:
-    the count of nets says nothing about the data)."""
+    the count of nets says nothing about the data), and what each op is fed is small by
+    evidence (:func:`inputs_small`): the cost of the graphs is the runs times the input."""
     from .queries import names_in
 
     if not ops or any(o.loop is not loop for o in ops):
@@ -323,7 +324,7 @@ def runs_few_times(mm, fn, loop: LoopOp, ops) -> bool:
         t = getattr(o, "target", None) if isinstance(o, CallOp) and o.kind == FORWARD else None
         if t and t.split(".", 1)[0] in walked:
             return False
-    return True
+    return inputs_small(mm, fn, loop, ops)
 
 
 def chained_outputs(loop: LoopOp) -> set:
@@ -363,3 +364,250 @@ def rollout_handed_to_backward(mm, fn, loop: LoopOp) -> bool:
         return False
     return any(isinstance(o, CallOp) and o.kind == BACKWARD
                for m in fn.cls.methods.values() if m is not fn for o in walk(m.body))
+
+
+# methods that give a view or a copy of the tensor they are called on, the same size or smaller
+_SAME_SIZE = frozenset({
+    "unsqueeze", "squeeze", "view", "reshape", "to", "cuda", "cpu", "float", "long", "int", "half", "double",
+    "bool", "detach", "clone", "permute", "transpose", "flip", "contiguous", "type", "type_as", "fill_",
+    "flatten", "numpy", "tolist", "item", "argmax", "max", "topk", "exp", "softmax", "log_softmax",
+    "sigmoid", "t", "data", "expand_dims", "astype", "copy", "__getitem__", "split", "lower", "strip",
+    "multinomial", "squeeze_", "unsqueeze_", "requires_grad_", "rot90", "roll",
+})
+# calls that give one item of what they are given: a random pick, the next batch of a loader
+_SCALAR_BUILTINS = frozenset({"len", "int", "float", "bool", "round", "abs", "ord", "chr", "str"})
+_ONE_ITEM = frozenset({"random.choice", "next", "np.random.choice", "numpy.random.choice"})
+
+
+def inputs_small(mm, fn, loop: LoopOp, ops) -> bool:
+    """Every op of ``ops`` (forwards, or calls of helpers that run them) is given small inputs
+    by evidence: literals and tensors built from literals (``torch.LongTensor([[1, 2, 3]])``,
+    ``torch.zeros(1, 1)``), an item of what a loop walks or an index into something
+    (``test_set[i]``, ``x[None]``, ``prime_input[p]``), a slice of literal length
+    (``images[:8]``), ``random.choice(pairs)``, ``next(iter(loader))``, what a model returns
+    for such inputs (``out = model.decode(memory, ys)``, ``x = model(x)``), and views of those
+    (``img.unsqueeze(0).to(device)``). A whole tensor of data bound outside the loop
+    (``model(test_x)``), a graph object or its attributes (``model(data.x, data.edge_index)``)
+    or a parameter whose callers pass nothing of the kind is not: a few runs of a forward over
+    a whole dataset are as costly as an evaluation pass."""
+    memo: dict = {}
+    for o in ops:
+        if not isinstance(o, CallOp):
+            return False
+        for a in o.args:
+            if a.star:
+                return False
+            if _is_model(mm, fn, a.value):
+                continue  # the model a helper is given
+            if not _small(mm, fn, loop, a.value, memo, 0):
+                return False
+    return True
+
+
+def _is_model(mm, fn, expr) -> bool:
+    from . import catalog
+
+    d = dotted(expr)
+    if not d or "(" in d:
+        return False
+    try:
+        return mm.resolver.of_path(fn, d)[0] == catalog.MODEL
+    except Exception:
+        return False
+
+
+_SMALL_DEPTH = 16
+_LITERALS = (cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.ConcatenatedString, cst.FormattedString)
+
+
+def _small(mm, fn, loop, expr, memo, depth) -> bool:
+    if depth > _SMALL_DEPTH or expr is None:
+        return False
+    if isinstance(expr, _LITERALS):
+        return True
+    if isinstance(expr, cst.Name):
+        if expr.value in ("None", "True", "False"):
+            return True
+        return _small_name(mm, fn, loop, expr.value, memo, depth)
+    if isinstance(expr, (cst.List, cst.Tuple, cst.Set)):
+        return all(_small(mm, fn, loop, e.value, memo, depth) for e in expr.elements)
+    if isinstance(expr, cst.UnaryOperation):
+        return _small(mm, fn, loop, expr.expression, memo, depth + 1)
+    if isinstance(expr, (cst.ListComp, cst.GeneratorExp)):
+        return _small(mm, fn, loop, expr.for_in.iter, memo, depth + 1)  # one item per item of something small
+    if isinstance(expr, cst.BinaryOperation):
+        return _small(mm, fn, loop, expr.left, memo, depth + 1) and _small(mm, fn, loop, expr.right, memo, depth + 1)
+    if isinstance(expr, cst.Subscript):
+        first = expr.slice[0].slice if expr.slice else None
+        if isinstance(first, cst.Index):
+            return True  # an item: a sample of a dataset, a row, a token
+        if isinstance(first, cst.Slice):
+            if _literal_length(first):
+                return True  # ``images[:8]``, ``x[i:i + 1]``
+            return _small(mm, fn, loop, expr.value, memo, depth + 1)  # ``out[:, -1]``: a part of it
+        return False
+    if isinstance(expr, cst.Attribute):
+        # ``batch.x`` of the batch or sample this iteration takes; not the attributes of an object
+        # the loop runs on every time (``data.x`` of a graph loaded before it: the whole graph)
+        if _imported_name(mm, fn, expr.value):
+            return True  # ``torch.long``, ``np.float32``: a constant of a library
+        if _is_model(mm, fn, expr.value):
+            return True  # ``decoder.hidden_size``: a setting of the model
+        if expr.attr.value in _TENSOR_VIEWS:
+            return _small(mm, fn, loop, expr.value, memo, depth + 1)
+        base = expr.value
+        while isinstance(base, cst.Attribute):
+            base = base.value
+        return isinstance(base, cst.Name) and _bound_in_loop(fn, loop, base.value) \
+            and _small(mm, fn, loop, expr.value, memo, depth + 1)
+    if isinstance(expr, cst.Call):
+        d = dotted(expr.func) or ""
+        q = mm.qualify(d) if d else ""
+        if q in _ONE_ITEM or d in _ONE_ITEM or d in _SCALAR_BUILTINS:
+            return True
+        args = [a.value for a in expr.args if not a.star]
+        if any(a.star for a in expr.args):
+            return False
+        if isinstance(expr.func, cst.Attribute) and expr.func.attr.value in _SAME_SIZE \
+                and not _imported_name(mm, fn, expr.func.value):
+            return _small(mm, fn, loop, expr.func.value, memo, depth + 1)
+        if isinstance(expr.func, cst.Attribute) and not _is_model(mm, fn, expr.func.value) \
+                and not _imported_name(mm, fn, expr.func.value) \
+                and not _small(mm, fn, loop, expr.func.value, memo, depth + 1):
+            return False  # a method of a big object (``dataset.get_all()``)
+        data = [a for a in args if not _is_model(mm, fn, a)]
+        if isinstance(expr.func, cst.Name) and not _imported_name(mm, fn, expr.func) \
+                and not _is_model(mm, fn, expr.func) and data:
+            # a function of the code given a small value and the tables it needs
+            # (``variable_from_sentence(input_lang, sentence)``)
+            return any(_small(mm, fn, loop, a, memo, depth + 1) for a in data)
+        return all(_small(mm, fn, loop, a, memo, depth + 1) for a in data)
+    return False
+
+
+def _imported_name(mm, fn, expr) -> bool:
+    """``torch``/``np``/``F`` of ``np.roll(...)``: a module (or a name of one) the code imports,
+    not a value it binds."""
+    while isinstance(expr, cst.Attribute):
+        expr = expr.value
+    if not isinstance(expr, cst.Name):
+        return False
+    if mm.qualify(expr.value):
+        return True
+    f = fn  # a name nothing binds here (a star import's ``np``)
+    while f is not None:
+        if expr.value in f.params or any(_binds_op(op, expr.value) for op in all_ops(f)):
+            return False
+        f = f.parent if f.parent is not None else (mm.module_function if not f.is_module_level else None)
+    return expr.value not in mm.classes and expr.value not in mm.functions
+
+
+def _literal_length(sl) -> bool:
+    """``[:8]``, ``[2:5]``, ``[i:i + 1]``: a slice whose length the code gives."""
+    lo, hi = sl.lower, sl.upper
+    if hi is None:
+        return False
+    if isinstance(hi, cst.Integer) or (isinstance(hi, cst.UnaryOperation) and isinstance(hi.expression, cst.Integer)):
+        return lo is None or isinstance(lo, (cst.Integer, cst.UnaryOperation))
+    if isinstance(hi, cst.BinaryOperation) and lo is not None:
+        return dotted(hi.left) == dotted(lo) and isinstance(hi.right, cst.Integer)
+    return False
+
+
+_TENSOR_VIEWS = frozenset({"data", "T", "mT", "real"})
+
+
+def _bound_in_loop(fn, loop, name: str) -> bool:
+    """``name`` is bound by ``loop`` (its target, or a loop nested in it) or in its body."""
+    if loop is None:
+        return False
+    for op in all_ops(fn):
+        if _binds_op(op, name) and (op is loop or _in_loop(op, loop)):
+            return True
+    return False
+
+
+def _small_name(mm, fn, loop, name, memo, depth) -> bool:
+    key = (id(fn), name)
+    if key in memo:
+        return memo[key] is not False  # in progress (``x = model(x)``): the other bindings decide
+    memo[key] = None
+    got = memo[key] = _small_name_(mm, fn, loop, name, memo, depth)
+    return got
+
+
+def _small_name_(mm, fn, loop, name, memo, depth) -> bool:
+    from .callsites import _bound, _local_sites
+
+    f = fn
+    while f is not None:
+        if name in f.params and not any(_binds_op(op, name) for op in all_ops(f)):
+            return _small_param(mm, f, name, memo, depth)
+        ops = [op for op in all_ops(f) if _binds_op(op, name)]
+        if ops:
+            if f.is_module_level and loop is not None and f is fn:
+                # top-level code (a notebook): the last binding above the loop and those in it
+                line = mm.line_of(loop.node)
+                inside = [op for op in ops if _in_loop(op, loop)]
+                above = [op for op in ops if not _in_loop(op, loop) and mm.line_of(op.node) < line]
+                ops = inside + above[-1:]
+                if not ops:
+                    return False
+            for op in ops:
+                if isinstance(op, LoopOp):
+                    continue  # an item of what the loop walks
+                if isinstance(op, AssignOp) and not _small(mm, f, loop if f is fn else None, op.value, memo, depth + 1):
+                    return False
+            return True
+        f = f.parent if f.parent is not None else (mm.module_function if not f.is_module_level else None)
+    return False
+
+
+def _in_loop(op, loop) -> bool:
+    lp = op if isinstance(op, LoopOp) else op.loop
+    while lp is not None:
+        if lp is loop:
+            return True
+        lp = lp.parent
+    return False
+
+
+def _binds_op(op, name) -> bool:
+    if isinstance(op, AssignOp):
+        return any(_binds(t, name) for t in op.targets)
+    return isinstance(op, LoopOp) and op.target is not None and _binds(op.target, name)
+
+
+def _small_param(mm, fn, name, memo, depth) -> bool:
+    """A parameter is small when its default and what every call site of this module passes
+    are (unknown when another module calls the function)."""
+    from .callsites import _bound, _local_sites
+
+    if not fn.is_module_level and fn.parent is None and mm.module_name \
+            and mm.project.is_called(f"{mm.module_name}.{fn.qualname}"):
+        return False
+    params = [p for p in fn.params if not p.startswith("*")]
+    if name not in params:
+        return False
+    idx = params.index(name) - (1 if _bound(fn) else 0)
+    default = fn.defaults.get(name)
+    scope = fn.parent or mm.module_function
+    sites = _local_sites(mm).get(id(fn), ())
+    if not sites:
+        return default is not None and _small(mm, scope, None, default, memo, depth + 1)
+    for caller, args in sites:
+        passed, i = None, 0
+        for a in args:
+            if a.star:
+                return False
+            if a.keyword is not None:
+                if a.keyword.value == name:
+                    passed = a.value
+            else:
+                if i == idx:
+                    passed = a.value
+                i += 1
+        v, where = (passed, caller) if passed is not None else (default, scope)
+        if v is None or not _small(mm, where, None, v, memo, depth + 1):
+            return False
+    return True
