@@ -22,14 +22,15 @@ def test_manifest_batches_are_split_by_their_own_rules():
     _, bugs = hist.load_manifest(hist.DEFAULT_MANIFEST)
     with open(hist.DEFAULT_MANIFEST, "rb") as fh:
         header = tomllib.load(fh)
-    assert hist.batch_rules(header) == {1: "sha1", 2: "none", 3: "none", 4: "none", 5: "none"}
+    assert hist.batch_rules(header) == {1: "sha1", 2: "none", 3: "none", 4: "none", 5: "none", 6: "all"}
     assert all(len(b["buggy"]) == 40 and len(b["fixed"]) == 40 for b in bugs)
     first = [b for b in bugs if b["batch"] == 1]
     second = [b for b in bugs if b["batch"] == 2]
     third = [b for b in bugs if b["batch"] == 3]
     fourth = [b for b in bugs if b["batch"] == 4]
     fifth = [b for b in bugs if b["batch"] == 5]
-    assert len(bugs) == len(first) + len(second) + len(third) + len(fourth) + len(fifth)
+    sixth = [b for b in bugs if b["batch"] == 6]
+    assert len(bugs) == len(first) + len(second) + len(third) + len(fourth) + len(fifth) + len(sixth)
     # batch 1 keeps the sha1 split it had before batch 2 was added: 45 entries, 7 held out
     assert len(first) == 45
     assert [b["id"] for b in first if b["part"] == "heldout"] == \
@@ -61,6 +62,12 @@ def test_manifest_batches_are_split_by_their_own_rules():
     assert "af595c8" in header["batch5_heldout_rule"] and "10/20" in header["batch5_heldout_rule"]
     assert not {b["repo"].lower() for b in fifth} & {b["repo"].lower() for b in first + second + third + fourth}
     assert not {b["repo"].lower() for b in fifth} & {r.lower() for r in realworld}
+    # batch 6: a fresh batch, held out whole, from repositories that no earlier batch and no
+    # real-world batch has
+    assert len(sixth) == 20 and {b["part"] for b in sixth} == {"heldout"}
+    assert "every entry held-out" in header["batch6_heldout_rule"]
+    assert not {b["repo"].lower() for b in sixth} & {b["repo"].lower() for b in first + second + third + fourth + fifth}
+    assert not {b["repo"].lower() for b in sixth} & {r.lower() for r in realworld}
     assert len({b["id"] for b in bugs}) == len(bugs)
 
 
