@@ -963,6 +963,8 @@ class Resources:
         return [(fn, ds)]
 
     def _dataset_on_device(self, fn, ds) -> bool:
+        if self._formatted_on_device(fn, ds):
+            return True
         for owner, v in self._dataset_values(fn, ds):
             if not isinstance(v, cst.Call):
                 # ``[g.to(device) for g in dataset]``: a list of samples moved one by one
@@ -997,6 +999,23 @@ class Resources:
                         d = dotted(o)
                         if d and self._tensor_on_device(owner, d):
                             return True
+        return False
+
+    def _formatted_on_device(self, fn, ds) -> bool:
+        """A Hugging Face dataset told to yield tensors on a device that is not the CPU:
+        ``train_dataset.set_format(type="torch", device="cuda")`` (in ``fn``, or in the top-level
+        code where the dataset is a global); every item, so every batch of a loader over it, is
+        already there."""
+        d = dotted(ds) if isinstance(ds, (cst.Name, cst.Attribute)) else None
+        if not d:
+            return False
+        scopes = [fn] if fn is self.mm.module_function else [fn, self.mm.module_function]
+        for f in scopes:
+            for o in all_ops(f):
+                if isinstance(o, CallOp) and o.recv == d and o.attr == "set_format":
+                    a = o.arg(None, "device")
+                    if a is not None and not self.is_cpu_device(f, a.value):
+                        return True
         return False
 
     def _tensor_on_device(self, fn, path: str) -> bool:
