@@ -14,7 +14,7 @@ from torchlint.model.ir import (
 from torchlint.model.queries import (
     analysable_functions, call_runs_backward, callers_fail_guard, eval_arm_forwards, eval_step_helpers, evaluates_after_training, evaluates_drawn_batch,
     forward_records_no_graph, helper_forward_keys, lightning_eval_hook, is_kind, model_call_target, names_in,
-    iteration, local_function, method_runs_without_grad, reaches_backward, shape_probe, steps_or_updates, training_loop_before, trains, untrained_here,
+    iteration, local_function, method_runs_without_grad, reaches_backward, steps_only_other_modules, shape_probe, steps_or_updates, training_loop_before, trains, untrained_here,
     untrained_path_here, uses_autograd, within,
 )
 from torchlint.model.roles import is_eval_name
@@ -435,6 +435,8 @@ for epoch in range(num_epochs):
                         continue  # a frozen feature extractor is meant to stay in eval mode
                     if not reaches_backward(mm, fn, op, op.node, in_order=True):
                         continue  # not a training forward: an evaluation inside the training loop
+                    if steps_only_other_modules(mm, fn, op, t):
+                        continue  # a critic held in eval mode: the step updates the other models
                     modes = flow.at.get(id(op), frozenset())
                     ev = _sorted(mm, [o for m, o in modes if m == "eval" and not _chosen(o)])
                     if ev and t not in seen and mm.resolver.mode_sensitive(fn, t, op.node):

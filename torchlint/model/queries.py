@@ -2005,3 +2005,42 @@ def method_runs_without_grad(mm, fn, op) -> bool:
     the call runs records no graph, whatever the caller's context."""
     ms = receiver_methods(mm, fn, op)
     return bool(ms) and all((mm.summary_of(m) or {}).get("grad") == GRAD_OFF for m in ms)
+
+
+def steps_only_other_modules(mm, fn, op, target: str) -> bool:
+    """Every optimizer stepped after the backward that ``op`` feeds (before the next backward of
+    its loop's iteration) is known and holds other modules' parameters than ``target``'s (``optimizer = SGD(model.parameters())`` stepped after a loss
+    that runs the discriminator ``DAN`` in eval mode): the forward of ``target`` there feeds a
+    loss, it does not train ``target``."""
+    if op.loop is None or not target:
+        return False
+    seq = iteration(mm, fn, op.loop.body)
+    if any(isinstance(o, CallOp) and o.kind == CALL and (mm.summary_of(o.info) or {}).get("step") for o in seq):
+        return False  # a helper steps: which optimizer is not seen here
+    # the steps that apply the first backward after ``op`` (up to the next backward)
+    at = next((i for i, o in enumerate(seq) if o is op), None)
+    if at is None:
+        return False
+    back = next((i for i in range(at + 1, len(seq)) if isinstance(seq[i], CallOp) and seq[i].kind == BACKWARD), None)
+    if back is None:
+        return False
+    nxt = next((i for i in range(back + 1, len(seq)) if isinstance(seq[i], CallOp) and seq[i].kind == BACKWARD),
+               len(seq))
+    steps = [o for o in seq[back + 1:nxt] if isinstance(o, CallOp) and o.kind == STEP]
+    if not steps:
+        return False
+    known = {}
+    scopes = [fn] + ([mm.module_function] if fn is not mm.module_function else [])
+    for f in scopes:
+        for _op, path, owners in optimizer_constructions(mm, f):
+            known.setdefault(path, set()).update(owners)
+    t = norm_path(target)
+    for s in steps:
+        owners = known.get(s.target or "")
+        if not owners:
+            return False
+        for o in owners:
+            o = norm_path(o)
+            if o == t or t.startswith(o + ".") or o.startswith(t + "."):
+                return False
+    return True
