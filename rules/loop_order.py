@@ -694,9 +694,16 @@ for epoch in range(epochs):
                         what = f"the scheduler step in `{op.func}()`"
                 else:
                     continue
+                # a step of the function's own body is followed by the steps of its body and of
+                # its loops: one call of a per-epoch function (its epoch loop in the caller) runs
+                # the scheduler step first, then the batch loop's optimizer steps (unless its
+                # loops step the scheduler again)
                 block = op.loop.body if op.loop is not None else fn.body
                 seq = iteration(mm, fn, block)
-                if op.loop is None:
+                if op.loop is None and any(getattr(o, "loop", None) is not None and is_kind(mm, o, SCHED_STEP)
+                                           for o in seq):
+                    # the function's loops step the scheduler too: the step before them is a one-off
+                    # (`scheduler.step()  # skip the warm-up's lr=0`), not the step of each call
                     seq = [o for o in seq if getattr(o, "loop", None) is None]
                 i = seq.index(op)
                 if any(is_kind(mm, o, STEP) for o in seq[:i]):

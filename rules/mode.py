@@ -6,7 +6,7 @@ import libcst as cst
 from torchlint.findings import Fix, Related
 from torchlint.model import catalog
 from torchlint.model.binder import dotted
-from torchlint.model.callsites import evaluated_by_callers, only_called_without_grad
+from torchlint.model.callsites import evaluated_by_callers, only_called_without_grad, subclass_eval_loops
 from torchlint.model.flow import ENTRY, norm_path, runs_only_with_grad
 from torchlint.model.ir import (
     BACKWARD, CALL, FORWARD, GRAD_OFF, GRAD_ON, GRAD_UNKNOWN, MODE, STEP, AssignOp, CallOp, LoopOp, all_ops, walk,
@@ -621,6 +621,24 @@ with torch.no_grad():
                 yield Report(loop.node, f"this evaluation loop runs the model{via} without `torch.no_grad()` "
                              "or `torch.inference_mode()`, so every forward pass builds an autograd graph",
                              fix=_wrap_no_grad(loop), scope=fn.qualname)
+
+            # a stub its subclasses in other modules fill in with an evaluation loop, called
+            # right after eval() without no_grad (a trainer's test() calling self.evaluate())
+            if fn.cls is not None and fn.decorator_grad is None:
+                for op in all_ops(fn):
+                    got = subclass_eval_loops(mm, fn, op) if isinstance(op, CallOp) and op.recv == "self" else None
+                    if got is None or not self._callers_enable_grad(mm, fn):
+                        continue
+                    found, origin = got
+                    first = mm.project.summary(found[0]) or {}
+                    where = f"`{first.get('qualname', found[0])}`" + (
+                        f" ({first['path']}:{first['line']})" if first.get("path") and first.get("line") else "")
+                    more = f" and {len(found) - 1} other override(s)" if len(found) > 1 else ""
+                    yield Report(op.node, f"`self.{op.attr}()` runs the evaluation loop its subclasses define "
+                                 f"({where}{more}) with the model in eval mode ({_origin_text(mm, origin)}) "
+                                 "but without `torch.no_grad()` or `torch.inference_mode()`, so every forward "
+                                 "pass builds an autograd graph; call it under `torch.no_grad()`",
+                                 scope=fn.qualname)
 
     @staticmethod
     def _callers_enable_grad(mm, fn) -> bool:

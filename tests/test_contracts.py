@@ -114,12 +114,14 @@ def test_the_model_sees_the_project_only_through_a_recording_view(tmp_path):
     public = {n for n in dir(ProjectView) if not n.startswith("_")}
     assert public == {"asked", "key_for", "root_of", "has_module", "module_key", "locate", "resolve",
                       "summary", "class_facts", "method", "is_called", "only_called_under_no_grad",
-                      "param_sites", "star_binding"}
+                      "param_sites", "star_binding", "overrides"}
     before = set(mm.project.asked)
     assert mm.project.only_called_under_no_grad("helpers.grab")
     assert Question(Aspect.NO_GRAD_CALLERS, "helpers.grab") in mm.project.asked - before
     assert mm.project.star_binding("helpers.grab") == "helpers.grab"  # what ``from helpers import *`` binds
     assert Question(Aspect.STAR, "helpers.grab") in mm.project.asked
+    assert mm.project.overrides("helpers.Missing", "evaluate") == []  # no class, no subclass
+    assert Question(Aspect.OVERRIDES, "helpers.Missing.evaluate") in mm.project.asked
     # the rules and the model never name the index, nor reach into the view
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     for folder in ("rules", os.path.join("torchlint", "model")):

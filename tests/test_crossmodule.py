@@ -912,3 +912,62 @@ def test_lowercase_module_classes_through_a_star_import_keep_their_mode_sensitiv
         facts[k] = ws.index.classes[k]["mode_sensitive"]
     assert facts == {"net.parts.inconv": True, "net.model.SegNet": True}
     assert [c for c, _, _ in found["predict.py"]] == ["TL201"]
+
+
+# ------------------------------------------------------------------ overrides in subclasses
+BASE_TRAINER = """
+    import torch
+
+
+    class Trainer:
+        def __init__(self, model, device):
+            self.model = model.to(device)
+            self.device = device
+
+        def test(self, loaders):
+            self.model.eval()
+            scores = []
+            self.evaluate(loaders, scores)
+            return scores
+
+        def evaluate(self, loaders, scores):
+            raise NotImplementedError
+"""
+TASK_TRAINER = """
+    import torch
+
+    from base import Trainer
+
+
+    class TaskTrainer(Trainer):
+        def evaluate(self, loaders, scores):
+            for loader in loaders:
+                for x, y in loader:
+                    {line}
+                    scores.append((out.argmax(1) == y.to(self.device)).float().mean().item())
+"""
+
+
+def test_a_base_class_method_sees_the_overrides_its_subclasses_define_in_other_modules(tmp_path):
+    graph, nograd = "out = self.model(x.to(self.device))", \
+        "with torch.no_grad():\n                        out = self.model(x.to(self.device))"
+    paths = write(tmp_path / "src", {"base.py": BASE_TRAINER, "task.py": TASK_TRAINER.format(line=graph)})
+    base_py, task_py = paths
+    serial, parallel = lint(paths), lint(paths, jobs=2)
+    assert codes(serial) == codes(parallel) == {"base.py": ["TL203:12"], "task.py": ["TL203:8"]}
+    msg = serial["base.py"][0][2]
+    assert "`self.evaluate()`" in msg and "TaskTrainer.evaluate" in msg and "line 10" in msg
+    # the index answers which subclasses override a method, and only those that define it
+    from torchlint.project import Workspace
+
+    ws = Workspace(paths)
+    run(paths, OPTS, workspace=ws)
+    assert ws.index.overrides("base.Trainer", "evaluate") == ["task.TaskTrainer.evaluate"]
+    assert ws.index.overrides("base.Trainer", "test") == []
+    # the subclass's loop gets no_grad: base.py is unchanged (a cache hit) and linted again
+    cache = Cache(str(tmp_path / "cache"))
+    run(paths, OPTS, cache=cache)
+    open(task_py, "w").write(textwrap.dedent(TASK_TRAINER.format(line=nograd)).lstrip("\n"))
+    cache2 = Cache(str(tmp_path / "cache"))
+    after = run(paths, OPTS, cache=cache2)
+    assert cache2.hits == 1 and after[0].findings == [] and after[1].findings == []

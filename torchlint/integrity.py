@@ -212,7 +212,7 @@ _SUMMARY_TYPES = {"name": str, "qualname": str, "path": str, "line": int, "param
                   "backward": bool, "backward_if": list, "autograd": bool,
                   "backward_inherits_grad": bool, "step": bool, "clear": bool, "sched_step": bool,
                   "returns": list, "returns_items": list, "forward": bool, "moves": bool, "trains_on": list, "evaluates_on": list, "reshuffles": list,
-                  "grad": str}
+                  "grad": str, "eval_loop": bool, "called_without_grad": bool}
 _CLASS_TYPES = {"is_module": bool, "bases": list, "methods": list, "mode_sensitive": bool, "mode_layers": bool, "forward": list,
                 "iterable_dataset": bool, "plain": bool, "mode_free_if": dict, "shuffles": list,
                 "on_device": bool, "loss_input": str, "forward_items": list}

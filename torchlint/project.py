@@ -98,6 +98,7 @@ class Aspect(str, Enum):
     STAR = "star"  # what ``from <module> import *`` binds to a name (see ``ProjectIndex.star_binding``)
     MODULES = "modules"  # the tree modules (keys, import roots) under a top-level package name
     ARGS = "args"  # what the call sites in other modules pass to a function's parameters
+    OVERRIDES = "overrides"  # the methods of that name that subclasses of a class define in the tree
 
 
 class Question(NamedTuple):
@@ -421,6 +422,26 @@ class ProjectIndex:
                 return m
         return None
 
+    def overrides(self, cls_qual: str, name: str) -> list:
+        """``key.Class`` + method name -> the key-qualified methods of that name that the
+        classes deriving from it (directly or through other classes of the tree) define,
+        sorted; a subclass that inherits the method defines none."""
+        for key in list(self.pending):  # every module may hold a subclass
+            self.load_pending(key)
+        target = self.resolve(cls_qual)
+        memo: dict = {}
+
+        def derives(key: str, depth: int = 0) -> bool:
+            got = memo.get(key)
+            if got is None:
+                memo[key] = False  # a cycle of bases derives nothing
+                facts = self.classes.get(key) or {}
+                got = memo[key] = depth < 8 and any(
+                    b == target or derives(b, depth + 1) for b in (self.resolve(b) for b in facts.get("bases", ())))
+            return got
+        return sorted(f"{key}.{name}" for key, facts in list(self.classes.items())
+                      if key != target and name in facts.get("methods", ()) and derives(key))
+
     # ------------------------------------------------------------------ answers
     def modules_under(self, top: str) -> Optional[str]:
         """A digest of the tree modules (keys and import roots) whose dotted name starts with
@@ -446,6 +467,9 @@ class ProjectIndex:
             return rest in self.called_under_no_grad or None
         if aspect is Aspect.ARGS:
             return self.param_sites(rest)
+        if aspect is Aspect.OVERRIDES:
+            cls_q, _, name = rest.rpartition(".")
+            return self.overrides(cls_q, name) or None
         if aspect is Aspect.MODULES:
             return self.modules_under(rest)
         if aspect is Aspect.RESOLVE:
@@ -545,7 +569,7 @@ class ProjectIndex:
         return p
 
 
-_CALLERS = (Aspect.CALLED, Aspect.NO_GRAD_CALLERS, Aspect.ARGS)
+_CALLERS = (Aspect.CALLED, Aspect.NO_GRAD_CALLERS, Aspect.ARGS, Aspect.OVERRIDES)
 
 
 def _sites_changed(name: str, sites: Optional[set]) -> bool:
@@ -671,6 +695,12 @@ class ProjectView:
     def method(self, cls_qual: str, name: str) -> Optional[str]:
         self._ask(Aspect.METHOD, f"{cls_qual}.{name}")
         return self._index.method(cls_qual, name)
+
+    def overrides(self, cls_qual: str, name: str) -> list:
+        """The methods ``name`` that subclasses of the class ``cls_qual`` define anywhere in
+        the tree (key-qualified; see :meth:`ProjectIndex.overrides`)."""
+        self._ask(Aspect.OVERRIDES, f"{cls_qual}.{name}")
+        return self._index.overrides(cls_qual, name)
 
     def is_called(self, qual: str) -> bool:
         """Whether another module of the tree calls ``qual``."""

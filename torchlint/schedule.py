@@ -333,7 +333,7 @@ class ProjectReplica:
             if not memo[q].endswith(b"=null"):
                 continue
             aspect, rest = q
-            if aspect in (Aspect.CALLED, Aspect.NO_GRAD_CALLERS, Aspect.ARGS, Aspect.MODULES):
+            if aspect in (Aspect.CALLED, Aspect.NO_GRAD_CALLERS, Aspect.ARGS, Aspect.MODULES, Aspect.OVERRIDES):
                 continue  # asked of every caller, not of one module; or of the module table
             if aspect is Aspect.METHOD:
                 rest = rest.rpartition(".")[0]

@@ -433,8 +433,26 @@ def only_called_without_grad(mm, fn, depth: int = 0) -> bool:
         if not res:
             break
         res = op.grad == GRAD_OFF or _grad_off_function(caller) or only_called_without_grad(mm, caller, depth + 1)
+    if not sites and not external and fn.cls is not None and fn.parent is None:
+        # an override of a method of a base class in another module, called by nothing here: the
+        # base class's own calls of that method (``self.evaluate()`` in its ``validate()``) run it
+        res = _base_calls_without_grad(mm, fn)
     memo[id(fn)] = res
     return res
+
+
+def _base_calls_without_grad(mm, fn) -> bool:
+    """The method of ``fn``'s name that ``fn``'s class inherits from a base class of another
+    module is, by that module's summary, called only with gradients off (``called_without_grad``)."""
+    cls = fn.cls
+    for raw in getattr(cls, "raw_bases", ()):
+        if mm.find_class(raw) is not None:
+            continue  # a base of this module: its calls are among this module's sites
+        ext = mm.external_class_name(raw)
+        m = mm.project.method(ext, fn.name) if ext else None
+        if m is not None:
+            return bool((mm.project.summary(m) or {}).get("called_without_grad"))
+    return False
 
 
 def evaluated_by_callers(mm, fn, paths) -> Optional[object]:
@@ -493,3 +511,44 @@ def export_method_calls(mm):
             m = mm.project.method(ev[1], op.attr)
             if m is not None:
                 yield mm.project.resolve(m), op.grad == GRAD_OFF
+
+
+def subclass_eval_loops(mm, fn, op) -> Optional[tuple]:
+    """A method's ``self.name(...)`` call that runs, in every subclass of the tree that overrides
+    ``name`` in another module, an evaluation loop inheriting the caller's grad mode (summary
+    ``eval_loop``), while this class's own ``name`` evaluates nothing (a stub the subclasses
+    fill in, as a trainer's ``test()`` calls ``self.evaluate(loaders)`` right after
+    ``self.model.eval()``): ``(overrides, origin)``, the key-qualified overriding methods
+    and the ``eval()`` that leaves the ``self`` models in eval mode at the call (every model
+    the method switches is in eval mode there, none in train mode); else ``None``."""
+    from .flow import norm_path
+    from .ir import CALL, MODE
+
+    if fn.is_module_level or fn.cls is None or not isinstance(op, CallOp) or op.kind != CALL \
+            or op.recv != "self" or not op.attr or op.grad is not None:
+        return None
+    own = op.info
+    if getattr(own, "cls", None) is None or not mm.module_name:
+        return None
+    s = mm.summary_of(own) or {}
+    if s.get("forward") or s.get("backward") or s.get("step"):
+        return None  # the class's own method does the work (or trains): not a stub
+    paths = {norm_path(o.target) for o in all_ops(fn) if isinstance(o, CallOp) and o.kind == MODE
+             and o.target and o.target.startswith("self.")}
+    if not paths:
+        return None
+    flow, origin = mm.flow(fn), None
+    for p in sorted(paths):
+        modes = flow.modes_at(op, p)
+        if not modes or any(m != "eval" for m, _ in modes):
+            return None
+        origin = origin or next(iter(modes))[1]
+    cls_key = f"{mm.module_name}.{own.cls.qualname}"
+    found = mm.project.overrides(cls_key, op.attr)
+    if not found or any(q.startswith(mm.module_name + ".") for q in found):
+        return None  # subclasses of this module: their own loops are checked here
+    for q in found:
+        t = mm.project.summary(q) or {}
+        if not t.get("eval_loop"):
+            return None
+    return found, origin

@@ -785,6 +785,12 @@ def summarize(mm, fn) -> dict:
         "returns_items": _items(mm.return_item_facts(fn)),
         "forward": bool(function_events(fn, (FORWARD,))) or any(s.get("forward") for s in sub),
         "forwards": sorted(forwards),
+        # it runs a model forward in a loop of its own in whatever grad mode the caller set, and
+        # computes no gradient (an evaluation pass: its caller decides whether graphs are built)
+        "eval_loop": _eval_loop_inherits_grad(mm, fn, sub),
+        # a method that every call of this module runs with gradients off (there is one): what a
+        # subclass's override of it in another module inherits as its callers' grad mode
+        "called_without_grad": fn.cls is not None and _called_without_grad(mm, fn),
         "moves": any(op.kind == "move" for op in all_ops(fn) if isinstance(op, CallOp))
         or any(s.get("moves") for s in sub),
         # loader parameters it iterates in a training loop / only in evaluation loops (TL701)
@@ -793,6 +799,31 @@ def summarize(mm, fn) -> dict:
         # (``train_dl.dataset.shuffleSamples()``; TL701)
         "reshuffles": _reshuffled_params(mm, fn),
     }
+
+
+def _called_without_grad(mm, fn) -> bool:
+    from .callsites import only_called_without_grad
+
+    called = mm.__dict__.get("_self_called")
+    if called is None:  # the method names called on ``self`` anywhere in the module (one walk)
+        called = mm.__dict__["_self_called"] = {
+            op.attr for f in mm.all_functions for op in all_ops(f)
+            if isinstance(op, CallOp) and op.recv == "self" and op.attr}
+    return fn.name in called and only_called_without_grad(mm, fn)
+
+
+def _eval_loop_inherits_grad(mm, fn, sub) -> bool:
+    """A loop of ``fn`` (one that may run more than once) runs a model forward with no grad
+    context of its own (``op.grad is None``), and ``fn`` runs no backward, ``autograd.grad``
+    or optimizer step, directly or through its helpers."""
+    if fn.decorator_grad is not None or function_events(fn, (BACKWARD, AUTOGRAD_GRAD, STEP)) or any(
+            s.get("backward") or s.get("autograd") or s.get("step") for s in sub):
+        return False
+    for op in function_events(fn, (FORWARD,)):
+        loop = op.loop
+        if op.grad is None and loop is not None and not loop.runs_once and loop.grad is None:
+            return True
+    return False
 
 
 def _cpu_tensor_fact(mm, fn) -> frozenset:

@@ -2022,6 +2022,15 @@ class Resources:
             defs = self.assigns(fn).get(name, ())
             return bool(defs) and all(v is not None and idx is None and
                                       self._made_on_cpu(fn, v, depth + 1, seen + (name,)) for _op, v, idx in defs)
+        if isinstance(expr, cst.BinaryOperation):
+            # arithmetic on a tensor made here on the CPU (``gamma ** (n - m) * (n >= m).float()``)
+            # stays on the CPU: nothing else in it comes from the caller (a parameter) or is moved
+            if any(isinstance(n, cst.Name) and n.value in fn.params and n.value not in ("self", "cls") or
+                   isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value in ("to", "cuda")
+                   or isinstance(n, cst.Attribute) and n.attr.value == "device"
+                   for n in subnodes(expr)):
+                return False
+            return any(self._made_on_cpu(fn, side, depth, seen) for side in _operands(expr))
         if not isinstance(expr, cst.Call):
             return False
         if isinstance(expr.func, cst.Attribute) and expr.func.attr.value in _RESHAPES \
@@ -2208,6 +2217,13 @@ _CPU_TENSOR_MAKERS = {"torch.FloatTensor", "torch.Tensor", "torch.DoubleTensor",
                       "torch.as_tensor", "torch.HalfTensor"}
 _RESHAPES = {"view", "reshape", "unsqueeze", "float", "double", "half", "long", "expand", "t", "repeat",
              "clone", "contiguous", "permute", "transpose", "flip", "sqrt", "log", "exp"}
+
+
+def _operands(expr) -> list:
+    """The leaves of a chain of binary operations (parentheses and comparisons kept whole)."""
+    if isinstance(expr, cst.BinaryOperation):
+        return _operands(expr.left) + _operands(expr.right)
+    return [expr]
 
 
 def helper_returns_cpu_tensor(mm, op) -> bool:
