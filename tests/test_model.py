@@ -2,6 +2,7 @@
 import textwrap
 
 import libcst as cst
+import pytest
 
 from torchlint.model import ModuleModel, catalog
 from torchlint.model.flow import ENTRY
@@ -607,6 +608,74 @@ async def serve(model):
 
 def last(x):
     return x  # the file ends here without a newline'''
+
+
+SCRIPT_POSITIONED = '''"""Module-level training, as in a notebook's program."""
+import torch; import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+# data
+x = torch.randn(256, 8); y = (x.sum(1) > 0).long()
+loader = DataLoader(TensorDataset(x, y),
+                    batch_size=32,
+                    shuffle=True)
+
+
+@torch.no_grad()
+def evaluate(model):
+    return model(x).argmax(1).eq(y).float().mean()
+
+
+class Head(nn.Module):
+    scale = 2.0  # a class-level statement
+
+    def forward(self, h):
+        return h * self.scale
+
+
+model = nn.Sequential(nn.Linear(8, 2), Head())
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(3):
+    for xb, yb in loader:
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(model(xb), yb)
+        loss.backward()
+        opt.step()
+    if epoch % 2 == 0:
+        print(epoch, (
+            loss.item()))
+print(evaluate(model))
+'''
+
+
+@pytest.mark.parametrize("text", [SCRIPT_POSITIONED, SCRIPT_POSITIONED.replace("\n", "\r\n"),
+                                  SCRIPT_POSITIONED.rstrip("\n")], ids=["lf", "crlf", "no-final-newline"])
+def test_positions_of_one_top_level_statement_equal_the_module_positions(text):
+    """Module-level code (a script's, a notebook's program) is placed statement by statement,
+    never differently from the whole module's positions."""
+    from libcst.metadata import MetadataWrapper, PositionProvider
+
+    from torchlint.model.dataflow import _code_children
+    from torchlint.parse import parse_module
+
+    module = parse_module(text)
+    mm = ModuleModel("script.py", "script.py", text, module, "script")
+    full = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    nodes, stack = [], [module]
+    while stack:
+        n = stack.pop()
+        nodes.append(n)
+        stack.extend(_code_children(n))
+    local = 0
+    for n in nodes:
+        r = mm._local_position(n)
+        if r is not None:
+            local += 1
+            assert (r.start, r.end) == (full[n].start, full[n].end), mm.code_for(n)
+    assert mm._positions is None
+    assert local > len(nodes) * 0.9  # the last statement too, unless the file lacks its newline
+    loop = next(s for s in module.body if isinstance(s, cst.For))
+    assert mm._local_position(loop) is not None
 
 
 def test_positions_of_one_function_equal_the_module_positions():

@@ -253,6 +253,7 @@ class ModuleModel:
         self.resolver = RoleResolver(self)
         self._positions = None
         self._owner = self._local = self._text_lines = None  # see _local_position
+        self._top = self._stmt_lines = None  # see _top_level_position
         self.memo = None  # an engine.DocumentMemo: what the lint of an earlier text left
         self._flows: dict = {}
         self._summaries: dict = {}
@@ -474,7 +475,7 @@ class ModuleModel:
                 memo.positions = {k: v for k, v in memo.positions.items() if k in live}
         fnode = self._owner.get(id(node))
         if fnode is None:
-            return None
+            return self._top_level_position(node) if id(node) in self._owner else None
         placed = self._local.get(id(fnode))
         if placed is None:
             placed = self._local[id(fnode)] = self._function_positions(fnode) or False
@@ -486,6 +487,80 @@ class ModuleModel:
             return None
         return CodeRange(CodePosition(r.start.line + shift, r.start.column),
                          CodePosition(r.end.line + shift, r.end.column))
+
+    def _top_level_position(self, node: cst.CSTNode):
+        """A node of module-level code (a notebook's, a script's) placed by the positions of
+        its top-level statement alone, generated as a module of its own and shifted to the
+        statement's line (CPython's ``ast`` gives the lines of the top-level statements in
+        milliseconds); the generated lines must equal the file's lines there, else the whole
+        module is used."""
+        if self._top is None:
+            from .dataflow import _code_children
+
+            self._top = {}
+            for stmt in self.module.body:
+                stack = [stmt]
+                while stack:
+                    n = stack.pop()
+                    if self._owner.get(id(n)) is None:  # a def's nodes are placed by the def
+                        self._top[id(n)] = stmt
+                        stack.extend(_code_children(n))
+        stmt = self._top.get(id(node))
+        if stmt is None:
+            return None
+        placed = self._local.get(id(stmt))
+        if placed is None:
+            placed = self._local[id(stmt)] = self._statement_positions(stmt) or False
+        if placed is False:
+            return None
+        positions, shift = placed
+        r = positions.get(node)
+        if r is None:
+            return None
+        return CodeRange(CodePosition(r.start.line + shift, r.start.column),
+                         CodePosition(r.end.line + shift, r.end.column))
+
+    def _statement_lines(self) -> dict:
+        """{id(top-level statement): its first line (its first decorator's)}, from ``ast``;
+        empty when this Python does not parse the text or its statements do not pair up."""
+        if self._stmt_lines is None:
+            import ast
+
+            self._stmt_lines = {}
+            try:
+                body = ast.parse(self.text).body
+            except (SyntaxError, ValueError, RecursionError, MemoryError):
+                return self._stmt_lines
+            k = 0
+            for stmt in self.module.body:
+                if k >= len(body):
+                    self._stmt_lines = {}
+                    break
+                first = body[k]
+                self._stmt_lines[id(stmt)] = min([first.lineno] + [d.lineno for d in
+                                                                   getattr(first, "decorator_list", ())])
+                k += len(stmt.body) if isinstance(stmt, cst.SimpleStatementLine) else 1
+            else:
+                if k != len(body):
+                    self._stmt_lines = {}
+        return self._stmt_lines
+
+    def _statement_positions(self, stmt: cst.CSTNode):
+        """(positions of the nodes of the top-level ``stmt``, lines to add), or ``None`` when
+        they cannot be checked against the file's text."""
+        line = self._statement_lines().get(id(stmt))
+        if not line:
+            return None
+        lines = self._text_lines
+        if lines is None:
+            lines = self._text_lines = self.text.splitlines(keepends=True)
+        mod = self.module.with_changes(body=[stmt], header=(), footer=(), has_trailing_newline=True)
+        positions = MetadataWrapper(mod, unsafe_skip_copy=True).resolve(PositionProvider)
+        gen = mod.code.splitlines(keepends=True)
+        shift = line - positions[stmt].start.line
+        if shift < 0 or lines[shift:shift + len(gen)] != gen:
+            return None
+        return positions, shift
 
     def _function_positions(self, fnode: cst.FunctionDef):
         """(positions of the nodes of ``fnode``, lines to add), or ``None`` when they cannot
