@@ -1238,7 +1238,7 @@ class ModuleModel:
         """``p.grad = None`` / ``p.grad.zero_()`` style clearing inside ``fn``."""
         from .queries import is_grad_clear, selective_grad_clear
 
-        return any(is_grad_clear(op) and not selective_grad_clear(op) for op in all_ops(fn))
+        return any(is_grad_clear(op, self) and not selective_grad_clear(op, self) for op in all_ops(fn))
 
     # ------------------------------------------------------------------ loops
     def loops(self, fn: FunctionModel) -> list:

@@ -153,8 +153,11 @@ def _assigned_dotted(op: AssignOp) -> set:
 class Walker:
     """One analysis: a transfer function over the ops of a function (and its closures)."""
 
-    def __init__(self, mm, fn, transfer: Transfer, closures: bool = True):
+    def __init__(self, mm, fn, transfer: Transfer, closures: bool = True, enter_loops: bool = False):
         self.mm, self.fn, self.transfer, self.closures = mm, fn, transfer, closures
+        # ``enter_loops``: the transfer also sees each loop op, once per path, as the path
+        # reaches it (before its first iteration)
+        self.enter_loops = enter_loops
         self._keys: dict = {}  # id(BranchOp) -> test key, for tests written more than once
         self._reads: dict = {}  # test key's code -> the names and attributes the test reads
         self._drops: dict = {}  # id(AssignOp) -> the test codes whose choice it makes stale
@@ -263,6 +266,8 @@ class Walker:
         """The body runs one or more times (training loops run); ``break`` leaves it."""
         self._count_tests()
         invariant = self._loop_invariant(loop)
+        if self.enter_loops:
+            flow.out = self._apply(flow.out, loop)
         ends, brk, start = set(), set(), set(flow.out)
         seen = set()
         while start:
@@ -308,10 +313,11 @@ def _strip(states: set) -> set:
     return {s for s, _ in states}
 
 
-def run(mm, fn, ops, transfer: Transfer, init: Iterable[State]) -> Flow:
+def run(mm, fn, ops, transfer: Transfer, init: Iterable[State], enter_loops: bool = False) -> Flow:
     """Run ``transfer`` along every path through ``ops`` (a block of ``fn``); the flow's
-    states are ``(state, branch choices)`` pairs (see :func:`states`)."""
-    return Walker(mm, fn, transfer).run(ops, init)
+    states are ``(state, branch choices)`` pairs (see :func:`states`).  ``enter_loops``: the
+    transfer also sees each loop op as a path reaches it."""
+    return Walker(mm, fn, transfer, enter_loops=enter_loops).run(ops, init)
 
 
 def states(s: set) -> set:
@@ -368,10 +374,10 @@ def runs_on_every_path(mm, fn, ops, pred: Callable[[object], bool]) -> bool:
 
 
 def path_without(mm, fn, ops, wanted: Iterable[Callable[[object], bool]],
-                 avoided: Callable[[object], bool]) -> bool:
+                 avoided: Callable[[object], bool], enter_loops: bool = False) -> bool:
     """Some path through ``ops`` that completes it runs an op satisfying each of ``wanted``
     and none satisfying ``avoided`` (the AMP branch backwards and steps, only the fp32 branch
-    clears)."""
+    clears).  ``enter_loops``: ``avoided`` is also asked of each loop a path enters."""
     wanted = tuple(wanted)
 
     def t(s, op):
@@ -382,7 +388,7 @@ def path_without(mm, fn, ops, wanted: Iterable[Callable[[object], bool]],
             if not seen & (1 << i) and w(op):
                 seen |= 1 << i
         return (seen, hit)
-    flow = run(mm, fn, ops, t, ((0, False),))
+    flow = run(mm, fn, ops, t, ((0, False),), enter_loops=enter_loops)
     full = (1 << len(wanted)) - 1
     return any(seen == full and not hit for seen, hit in states(flow.out | flow.cont))
 

@@ -64,40 +64,73 @@ def is_kind(mm, op, kind: str) -> bool:
 
 
 _ZEROS = ("zeros", "zeros_like", "new_zeros")
+# methods that return a tensor with the values of their receiver (a copy, a view, on
+# another device or dtype): zeros stay zeros
+_SAME_VALUES = ("detach", "detach_", "clone", "to", "cuda", "cpu", "contiguous", "float", "double",
+                "half", "type_as", "requires_grad_", "view_as", "reshape_as")
+# wrappers that return their first argument's values: the pre-0.4 ``Variable(tensor)``
+_VALUE_WRAPPERS = ("torch.autograd.Variable", "torch.autograd.variable.Variable")
 
 
-def _clearing_value(value) -> bool:
-    """What clears a gradient when assigned to ``p.grad``: ``None``, ``0``, a zeros tensor
-    (``torch.zeros_like(p)``, ``p.new_zeros(...)``).  Any other value sets the gradients (one
-    network's gradients handed to another's parameters)."""
-    if isinstance(value, cst.Name):
-        return value.value == "None"
-    if isinstance(value, cst.Integer):
-        return value.value == "0"
-    if isinstance(value, cst.Call):
-        f = dotted(value.func)
-        return bool(f) and f.rsplit(".", 1)[-1] in _ZEROS
+def _is_zero_literal(node) -> bool:
+    if isinstance(node, cst.Integer):
+        return node.value == "0"
+    if isinstance(node, cst.Float):
+        try:
+            return float(node.value) == 0.0
+        except ValueError:
+            return False
     return False
 
 
-def is_grad_clear(op) -> bool:
+def _clearing_value(value, mm=None) -> bool:
+    """What clears a gradient when assigned to ``p.grad``: ``None``, ``0``, a zeros tensor
+    (``torch.zeros_like(p)``, ``p.new_zeros(...)``, a tensor zeroed in place by the
+    expression itself, ``g.new().resize_as_(g).zero_()`` or ``.fill_(0)``), also a copy of one
+    (``.to(device)``, ``.detach()``) or one wrapped in ``Variable(...)`` (with ``mm``, whose
+    imports name the wrapper).  Any other value sets the gradients (one network's gradients
+    handed to another's parameters)."""
+    if isinstance(value, cst.Name):
+        return value.value == "None"
+    if _is_zero_literal(value):
+        return True
+    if not isinstance(value, cst.Call):
+        return False
+    f = dotted(value.func)
+    if f and f.rsplit(".", 1)[-1] in _ZEROS:
+        return True
+    if isinstance(value.func, cst.Attribute):
+        m = value.func.attr.value
+        if m == "zero_" and not value.args:
+            return True  # returns its receiver, every element set to zero
+        if m == "fill_" and len(value.args) == 1 and _is_zero_literal(value.args[0].value):
+            return True
+        if m in _SAME_VALUES:
+            return _clearing_value(value.func.value, mm)
+    if mm is not None and f and value.args and value.args[0].keyword is None \
+            and mm.qualify(f) in _VALUE_WRAPPERS:
+        return _clearing_value(value.args[0].value, mm)
+    return False
+
+
+def is_grad_clear(op, mm=None) -> bool:
     """``p.grad = None`` (or a zeros tensor), ``p.grad.zero_()``, ``p.grad.data.zero_()``,
     ``p.grad.detach_()``; ``p.grad = other.grad.clone()`` transfers gradients, it does not
-    clear them."""
+    clear them.  ``mm`` resolves the names of the assigned value (``Variable(zeros)``)."""
     if isinstance(op, AssignOp):
-        return op.aug is None and _clearing_value(op.value) \
+        return op.aug is None and _clearing_value(op.value, mm) \
             and any(isinstance(t, cst.Attribute) and t.attr.value == "grad" for t in op.targets)
     if isinstance(op, CallOp) and op.attr in ("zero_", "detach_", "fill_", "requires_grad_") and op.recv:
         return op.recv.endswith(".grad") or op.recv.endswith(".grad.data")
     return False
 
 
-def selective_grad_clear(op) -> bool:
+def selective_grad_clear(op, mm=None) -> bool:
     """A ``p.grad = None`` (or ``p.grad.zero_()``) that only some parameters get: under a
     condition inside the loop over the parameters that does not test the gradient itself
     (``if "last_layer" in name: p.grad = None`` freezes one layer; ``if p.grad is not None:``
     or ``if p.requires_grad:`` still clears every gradient there is)."""
-    if op.loop is None or not is_grad_clear(op):
+    if op.loop is None or not is_grad_clear(op, mm):
         return False
     for br, _ in guards_inside(op, op.loop):
         if br.test is None:
@@ -109,7 +142,7 @@ def selective_grad_clear(op) -> bool:
 
 
 def clears(mm, op) -> bool:
-    return is_kind(mm, op, CLEAR) or (is_grad_clear(op) and not selective_grad_clear(op))
+    return is_kind(mm, op, CLEAR) or (is_grad_clear(op, mm) and not selective_grad_clear(op, mm))
 
 
 def leaves_iteration(op, loop: LoopOp) -> bool:
@@ -1322,8 +1355,23 @@ def clears_on_some_paths(mm, fn, loop: Optional[LoopOp], step: CallOp, covering:
     ids = {id(c) for c in covering}
     if any(is_accumulation_test(br.test) for c in covering for br, _ in guards_inside(c, loop)):
         return False
+    entered = {id(lp) for lp in (_parameter_clear_loop(mm, c, loop) for c in covering) if lp is not None}
     return paths.path_without(mm, fn, unit_body(fn, loop), (lambda o: is_kind(mm, o, BACKWARD), lambda o: o is step),
-                              lambda o: id(o) in ids)
+                              lambda o: id(o) in ids or id(o) in entered, enter_loops=bool(entered))
+
+
+def _parameter_clear_loop(mm, c, loop: Optional[LoopOp]) -> Optional[LoopOp]:
+    """The loop over parameters inside ``loop`` in which the gradient clear ``c`` runs, when
+    every condition around ``c`` inside that loop tests the gradient itself (``for p in
+    params: if p.grad is not None: p.grad = zeros``): a pass through that loop clears every
+    gradient there is (a parameter the test skips has none), so entering it is the clear."""
+    inner = getattr(c, "loop", None)
+    if inner is None or inner is loop or not is_grad_clear(c, mm) or selective_grad_clear(c, mm):
+        return None
+    lp = inner.parent
+    while lp is not None and lp is not loop:
+        lp = lp.parent
+    return inner if lp is loop else None
 
 
 _METRIC_CALLS = ("eq", "ne", "argmax", "topk", "item", "accuracy", "decode", "wer", "cer", "f1_score",

@@ -1855,25 +1855,47 @@ class Resources:
 
     def consumed_by_backward(self, acc: Accumulation) -> bool:
         """A backward (or ``autograd.grad``) whose input derives from the container runs in
-        the function: the graph is kept on purpose (full-batch / per-episode losses)."""
-        fn = acc.fn
-        derived = {acc.container}
-        changed = True
-        assigns = [o for o in all_ops(fn) if isinstance(o, AssignOp) and o.value is not None]
-        rounds = 0
-        while changed and rounds < 4:
+        the function, or in a helper of the module that a loop keeping the container calls
+        (an actor-critic's ``update()`` that backwards through the values stored during the
+        episode): the graph is kept on purpose (full-batch / per-episode losses)."""
+        if self._backward_reads(acc.fn, acc.container, last_item_backward(acc.fn, acc)):
+            return True
+        return any(self._backward_reads(h, path) for h, path in self._helpers_given(acc))
+
+    def _backward_reads(self, fn, container: str, skip=None) -> bool:
+        """A backward in ``fn`` (other than ``skip``) differentiates a value derived from
+        ``container``: through assignments, a loop over it (``for v, r in zip(values,
+        rewards)``) and the lists such values are appended to (``losses.append(f(v))``, then
+        ``torch.stack(losses).sum().backward()``)."""
+        derived = {container}
+        ops = all_ops(fn)
+        flows = []  # (names read, names written)
+        for o in ops:
+            if isinstance(o, AssignOp) and o.value is not None:
+                outs = [tn for t in o.targets for tn in _target_names(t)]
+                reads = names_in(o.value)
+                if o.aug is not None and o.targets:
+                    reads = reads | {base_path(o.targets[0])}
+                flows.append((reads, outs))
+            elif isinstance(o, LoopOp) and not o.is_while and o.target is not None and o.iter is not None:
+                flows.append((names_in(o.iter), _target_names(o.target)))
+            elif isinstance(o, CallOp) and o.attr in ("append", "extend", "insert") and o.recv \
+                    and "(" not in o.recv and "[" not in o.recv:
+                reads = set()
+                for a in o.args:
+                    reads |= names_in(a.value)
+                flows.append((reads, [o.recv]))
+        changed, rounds = True, 0
+        while changed and rounds < 6:
             changed, rounds = False, rounds + 1
-            for o in assigns:
-                ns = names_in(o.value)
-                if ns & derived or (o.aug is not None and base_path(o.targets[0]) in derived):
-                    for t in o.targets:
-                        for tn in _target_names(t):
-                            if tn not in derived:
-                                derived.add(tn)
-                                changed = True
-        last = last_item_backward(fn, acc)
-        for o in all_ops(fn):
-            if not isinstance(o, CallOp) or o is last:
+            for reads, outs in flows:
+                if reads & derived:
+                    for tn in outs:
+                        if tn and tn not in derived:
+                            derived.add(tn)
+                            changed = True
+        for o in ops:
+            if not isinstance(o, CallOp) or o is skip:
                 continue
             if o.kind in (BACKWARD, AUTOGRAD_GRAD) or (o.kind == CALL and self._callee_backward(o)):
                 ns = set()
@@ -1884,6 +1906,37 @@ class Resources:
                 if ns & derived:
                     return True
         return False
+
+    def _helpers_given(self, acc: Accumulation) -> list:
+        """(helper, the container's name there) for each function of this module that a loop
+        keeping the container calls and that runs backward: the same object attribute or
+        module global (``critic_net.saved_values``; ``self.saved_values`` in a method called
+        on ``self``), or the parameter the container is passed to."""
+        fn, c = acc.fn, acc.container
+        root = c.split(".", 1)[0]
+        own = root in fn.params or root in self.assigns(fn)
+        seen, out = set(), []
+        for lp in acc.loops:
+            for o in walk(lp.body):
+                if not isinstance(o, CallOp) or o.kind != CALL or not self._callee_backward(o):
+                    continue
+                h = o.info if isinstance(o.info, FunctionModel) else None
+                if h is None or id(h) in seen:
+                    continue
+                seen.add(id(h))
+                if root == "self":
+                    if o.recv == "self" and fn.cls is not None and h.cls is fn.cls:
+                        out.append((h, c))
+                elif not own or fn.is_module_level:
+                    if root not in h.params and root not in self.assigns(h):
+                        out.append((h, c))
+                for a in o.args:
+                    if a.star or dotted(a.value) != c:
+                        continue
+                    p = param_for(list(h.params), o, a)
+                    if p:
+                        out.append((h, p))
+        return out
 
     def _callee_backward(self, op: CallOp) -> bool:
         s = self.mm.summary_of(op.info)
