@@ -261,6 +261,8 @@ class ModuleModel:
         self._class_is_module: dict = {}
         self._forward_facts: dict = {}
         self._return_facts: dict = {}
+        self._return_flags: dict = {}  # id(fn) -> parameters that choose what it returns
+        self._returns_assumed: dict = {}  # (id(fn), assumed truths) -> (facts, items) or None
         self._loss_params: dict = {}  # id(function) -> its parameters passed to a loss (loss_params)
         self._generator_batches: dict = {}  # id(generator function) -> (it, what its loops yield)
         self._lines = None
@@ -1104,6 +1106,61 @@ class ModuleModel:
 
     _RETURN_KEEP = RETURN_KEEP
 
+    def return_flags(self, fn: FunctionModel) -> tuple:
+        """Parameters of ``fn`` that choose what it returns: tested by an ``if p:`` (or ``if not
+        p:``) an arm of which returns (``if return_labels: return labels``)."""
+        got = self._return_flags.get(id(fn))
+        if got is not None:
+            return got
+        from .dataflow import flag_test
+
+        params = [p for p in fn.params if not p.startswith("*") and p not in ("self", "cls")]
+        out = []
+        for op in all_ops(fn):
+            if isinstance(op, BranchOp) and op.test is not None:
+                t = flag_test(op.test)
+                if t and t[0] in params and t[0] not in out and \
+                        any(isinstance(o, ReturnOp) for arm in op.arms for o in walk(arm)):
+                    out.append(t[0])
+        got = self._return_flags[id(fn)] = tuple(out)
+        return got
+
+    def _returns_at_call(self, target: FunctionModel, op: CallOp) -> Optional[tuple]:
+        """``(facts, items)`` that ``target`` returns at the call ``op`` when the call passes a
+        literal (or leaves the literal default) for a parameter that chooses what it returns:
+        only the returns that choice reaches (``labels = solve(..., return_labels=True)`` gets
+        the labels, ``loss, acc = solve(...)`` the tuple).  ``None`` when no such parameter is
+        known at the call."""
+        flags = self.return_flags(target)
+        if not flags or any(a.star for a in op.args) or returns_number(self, target):
+            return None
+        from .dataflow import _literal_truth, run_assuming
+        from .resources import param_for
+
+        params = [p for p in target.params if not p.startswith("*")]
+        given = {}
+        for a in op.args:
+            p = param_for(params, op, a)
+            if p is not None:
+                given[p] = a.value
+        assume = {}
+        for p in flags:
+            v = given.get(p, target.defaults.get(p))
+            truth = _literal_truth(v) if v is not None else None
+            if truth is not None:
+                assume[p] = truth
+        if not assume:
+            return None
+        key = (id(target), tuple(sorted(assume.items())))
+        if key in self._returns_assumed:
+            return self._returns_assumed[key]
+        if not self.ensure_dataflow(target):
+            return None  # (not while its own pass runs)
+        returned, items, reached = run_assuming(self, target, assume)
+        got = (returned, items) if reached else None  # no return reached under that choice: nothing known
+        self._returns_assumed[key] = got
+        return got
+
     def call_result_facts(self, fn: FunctionModel, op: CallOp, arg_facts=()) -> frozenset:
         """Facts of the value a call of a function of the linted tree returns: what its
         summary says it returns (a loss attached to the graph, probabilities, moved
@@ -1112,7 +1169,8 @@ class ModuleModel:
         if isinstance(target, FunctionModel):
             if target.is_module_level:
                 return frozenset()
-            ret = self.return_facts(target)
+            chosen = self._returns_at_call(target, op)
+            ret = chosen[0] if chosen is not None else self.return_facts(target)
         elif isinstance(target, ExternalRef):
             batch = any("batch" in a for a in arg_facts)
             s = self.summary_of(target, "retb" if batch else "ret")
@@ -1134,7 +1192,8 @@ class ModuleModel:
         if isinstance(target, FunctionModel):
             if target.is_module_level:
                 return None
-            items = self.return_item_facts(target)
+            chosen = self._returns_at_call(target, op)
+            items = chosen[1] if chosen is not None else self.return_item_facts(target)
         elif isinstance(target, ExternalRef):
             batch = any("batch" in a for a in arg_facts)
             s = self.summary_of(target, "retb" if batch else "ret")

@@ -394,13 +394,25 @@ def returns_assuming(mm, fn, assume: dict) -> frozenset:
     """What ``fn`` returns when each parameter named in ``assume`` tests as the given truth
     value: ``if p:`` runs only the arm it chooses, and a ``return`` on that arm ends the path.
     The facts the normal pass stored on the ops of ``fn`` are left as they were."""
+    return run_assuming(mm, fn, assume)[0]
+
+
+def run_assuming(mm, fn, assume: dict) -> tuple:
+    """``(facts returned, items, returns reached)`` of ``fn`` under ``assume`` (see
+    :func:`returns_assuming`): ``items`` the facts of each item when every ``return`` reached
+    returns a tuple of one length (``if return_labels: return labels`` not taken: ``return
+    loss, acc``), else None; the number of ``return`` statements with a value reached."""
     keep = [(op, [op.__dict__[k] for k in _OP_FACT_FIELDS if k in op.__dict__]) for op in all_ops(fn)]
     saved = (fn.__dict__.get("inplace_ops"), fn.__dict__.get("data_accesses"))
     try:
         df = Dataflow(mm, fn, mm.resolver)
         df.assume = assume
         df.run()
-        return df.returned
+        items = None
+        got = df.returned_items
+        if got and all(i is not None for i in got) and len({len(i) for i in got}) == 1:
+            items = tuple(frozenset().union(*col) for col in zip(*got))
+        return df.returned, items, len(got)
     finally:
         for op, vals in keep:
             for k, v in zip((k for k in _OP_FACT_FIELDS if k in op.__dict__), vals):
@@ -506,6 +518,7 @@ class Dataflow:
         # ``returns_assuming``: the truth value of some parameters; the union of the facts returned
         self.assume: Optional[dict] = None
         self.returned: frozenset = EMPTY
+        self.returned_items: list = []  # (with ``assume``) each reached return's item facts, None if not a tuple
         self._dead = False  # (with ``assume``) the path ended in a return, raise, break or continue
 
     # ---------------------------------------------------------------- driver
@@ -593,9 +606,12 @@ class Dataflow:
         if isinstance(op, ReturnOp):
             if op.value is not None:
                 op.value_facts = self.facts(op.value, env)
+                items = None
                 if isinstance(op.value, cst.Tuple) and op.value.elements and \
                         not any(isinstance(el, cst.StarredElement) for el in op.value.elements):
-                    op.item_facts = tuple(self.facts(el.value, env) for el in op.value.elements)
+                    op.item_facts = items = tuple(self.facts(el.value, env) for el in op.value.elements)
+                if self.assume is not None:
+                    self.returned_items.append(items)
                 if "moved_inplace" in op.value_facts:
                     # ``for k in batch: batch[k] = batch[k].to(device)``; ``return batch``
                     op.value_facts = op.value_facts | {"moved"}
