@@ -366,7 +366,7 @@ class FrozenEncoderClassifier(nn.Module):
                                "autograd's back; gradients become silently wrong (modify a "
                                "`.detach()`ed copy or use an out-of-place op)")
                         yield Report(d.node, msg, scope=fn.qualname)
-                    elif fn.name == "forward" and mm.is_module_method(fn) and not d.host:
+                    elif fn.name == "forward" and mm.is_module_method(fn) and not d.host and not d.meta_only:
                         # inside forward: a gradient of the model silently cut.  Outside a
                         # forward a read is the stop-gradient `.detach()` spells (a TD target,
                         # the hidden state of truncated BPTT, the inputs of a gradient penalty)

@@ -157,7 +157,7 @@ class DataAccess:
     ``index0`` the ``x.data[0]`` subscript around it, when there is one (the pre-0.4 idiom for
     a loss's value: an ``IndexError`` on a 0-dim tensor today)."""
 
-    __slots__ = ("op", "node", "facts", "write", "base", "assign", "index0", "host")
+    __slots__ = ("op", "node", "facts", "write", "base", "assign", "index0", "host", "meta_only")
 
     def __init__(self, op, node, facts, write, base, assign=False):
         self.op, self.node, self.facts, self.write = op, node, facts, write
@@ -166,12 +166,18 @@ class DataAccess:
         # read only to become a host value (``x.cpu().data.numpy()``, ``x.data.tolist()``):
         # nothing differentiable follows, and without `.data` it would need `.detach()` anyway
         self.host = False
+        # read only for what describes it, not its values: ``x.data.new(*shape).zero_()`` (a fresh
+        # tensor of its type and device), ``x.data.size()``: nothing is detached that matters
+        self.meta_only = False
 
     def __repr__(self) -> str:
         return f"DataAccess({self.base}, write={self.write}, {sorted(self.facts)})"
 
 _SCALAR_METHODS = {"item", "tolist", "numpy"}
 _HOST_METHODS = {"numpy", "tolist", "item"}
+# methods that read a tensor's type, device or shape and none of its values
+_META_METHODS = {"new", "new_zeros", "new_ones", "new_empty", "new_full", "new_tensor", "size", "dim",
+                 "numel", "type", "get_device", "element_size", "is_contiguous"}
 _HOST_HOPS = {"cpu", "float", "double", "long", "int", "squeeze", "contiguous", "clone", "flatten", "view",
               "reshape"}
 _PROB_KINDS = ("probs", "sigmoid", "logprobs", "logits")
@@ -512,6 +518,7 @@ class Dataflow:
         self._data: dict = {}
         self._index0: dict = {}
         self._host: set = set()  # ids of `.data` attributes read only to become host values
+        self._meta: set = set()  # ids of `.data` attributes read only for their type, device or shape
         self._keyed: set = set()  # ids of `.data` nodes subscripted by a string: a mapping
         self._cur = None
         self._loop_iters: dict = {}
@@ -1092,6 +1099,7 @@ class Dataflow:
         self._data[key] = DataAccess(op, node, f, write, path, assign)
         self._data[key].index0 = self._index0.get(key)
         self._data[key].host = key in self._host
+        self._data[key].meta_only = key in self._meta
 
     def _scan_data(self, expr, env, op) -> None:
         """Record every ``x.data`` read inside ``expr`` (writes are marked by the callers)."""
@@ -1111,6 +1119,9 @@ class Dataflow:
                     r = r.func.value
                 if type(r) is cst.Attribute and r.attr.value == "data":
                     self._host.add(id(r))
+            if type(e) is cst.Call and type(e.func) is cst.Attribute and e.func.attr.value in _META_METHODS \
+                    and type(e.func.value) is cst.Attribute and e.func.value.attr.value == "data":
+                self._meta.add(id(e.func.value))  # ``x.data.new(...)``: recorded below, as a child
             if type(e) is cst.Attribute and e.attr.value == "data":
                 self._add_data(e, en, op)
             elif type(e) is cst.Subscript and type(e.value) is cst.Attribute and e.value.attr.value == "data":
