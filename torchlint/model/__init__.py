@@ -421,7 +421,30 @@ class ModuleModel:
             return True
         if any(name.startswith("test_") for name in self.functions):
             return True
-        return any(c.name.startswith("Test") or self.is_test_class(c) for c in self.classes.values())
+        if any(c.name.startswith("Test") or self.is_test_class(c) for c in self.classes.values()):
+            return True
+        return self.runs_on_made_up_data()
+
+    def runs_on_made_up_data(self) -> bool:
+        """A smoke script: the module defines no function or class of its own, and its top-level
+        code runs models only on tensors it makes up (random or literal tensors built in the
+        file, ``torch.rand(B, T, D)``, ``torch.LongTensor([[1, 3, 2]])``), never on a batch of a
+        loader, with no loader anywhere: it checks that a model runs, and what it trains is
+        thrown away.  (The engine asks this only of a module whose path is test code.)"""
+        if self.functions or self.classes or self.has_unseen_code:
+            return False
+        fn = self.module_function
+        if any(role == catalog.LOADER for role, _ in self.resolver.module_roles().values()):
+            return False
+        self.ensure_dataflow(fn)
+        forwards = [o for o in all_ops(fn) if isinstance(o, CallOp) and o.kind == FORWARD]
+        if not forwards:
+            return False
+        for o in forwards:
+            facts = getattr(o, "arg_facts", ()) or ()
+            if not facts or any("batch" in f for f in facts) or not any("fresh" in f for f in facts):
+                return False
+        return True
 
     def test_class_lines(self) -> tuple:
         """``(first, last)`` lines of every ``unittest.TestCase`` class of the module."""

@@ -58,6 +58,9 @@ _DEVICE_METHODS = {"to", "cuda"}
 # functions that join tensors into a new one, and the facts of the data it keeps
 _JOIN_FUNCS = {"torch.stack", "torch.cat", "torch.concat", "torch.concatenate"}
 _DATA_FACTS = frozenset({"batch", "moved", "param_in"})
+# the pre-0.4 typed constructors: ``torch.FloatTensor(2, 3)`` is a shape, ``torch.FloatTensor(x)`` data
+_LEGACY_TYPED = {"torch.Tensor", "torch.FloatTensor", "torch.LongTensor", "torch.IntTensor", "torch.DoubleTensor",
+                 "torch.ByteTensor", "torch.HalfTensor", "torch.BoolTensor"}
 _HOST_DATA_FUNCS = {"torch.Tensor", "torch.tensor", "torch.from_numpy", "torch.as_tensor", "torch.FloatTensor",
                     "torch.LongTensor"}
 # autograd-saved outputs (derivatives.yaml uses ``result``) and the views that alias them
@@ -964,6 +967,10 @@ class Dataflow:
         elif q in _VARIABLE and e.args:
             # ``Variable(t)`` is ``t`` since PyTorch 0.4: its data facts stay
             out = self._arg0(e, env) & _VARIABLE_KEEPS
+        elif q in _LEGACY_TYPED and sum(1 for a in e.args if a.keyword is None and not a.star) >= 2:
+            # ``torch.FloatTensor(B, T, D)``: a new tensor of that shape (the legacy ``torch.empty``),
+            # not data made a tensor
+            out = frozenset({"fresh"})
         elif q in _HOST_DATA_FUNCS and e.args and type(e.args[0].value) in (cst.Name, cst.Attribute, cst.Subscript, cst.Call) \
                 and not any(a.keyword is not None and a.keyword.value == "device" for a in e.args):
             # ``torch.from_numpy(features)``, ``torch.Tensor(target_seq)``: a data set's arrays
