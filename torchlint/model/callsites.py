@@ -545,7 +545,8 @@ def subclass_eval_loops(mm, fn, op) -> Optional[tuple]:
         origin = origin or next(iter(modes))[1]
     cls_key = f"{mm.module_name}.{own.cls.qualname}"
     found = mm.project.overrides(cls_key, op.attr)
-    if not found or any(q.startswith(mm.module_name + ".") for q in found):
+    own_methods = {f"{mm.module_name}.{c.qualname}.{op.attr}" for c in mm.classes.values()}
+    if not found or any(q in own_methods for q in found):
         return None  # subclasses of this module: their own loops are checked here
     for q in found:
         t = mm.project.summary(q) or {}

@@ -440,7 +440,10 @@ def _small(mm, fn, loop, expr, memo, depth) -> bool:
     if isinstance(expr, cst.Subscript):
         first = expr.slice[0].slice if expr.slice else None
         if isinstance(first, cst.Index):
-            return True  # an item: a sample of a dataset, a row, a token
+            # an item (a sample of a dataset, a row, a token) when the index is small itself: a
+            # literal, the loop's variable; not a mask or an index tensor bound outside the loop
+            # (``feats[data.test_mask]`` selects a whole split)
+            return _small(mm, fn, loop, first.value, memo, depth + 1)
         if isinstance(first, cst.Slice):
             if _literal_length(first):
                 return True  # ``images[:8]``, ``x[i:i + 1]``
