@@ -86,7 +86,8 @@ class InplaceOnSavedTensor(Rule):
     summary = "An in-place operation modifies a tensor that autograd saved for the backward pass."
     why = (
         "Many operations save tensors for their backward: `sigmoid`, `tanh`, `exp`, `softmax` and "
-        "`relu` save their *output*, `*`, `@`, `/` and `**` save their *inputs*. Changing such a "
+        "`relu` save their *output*, `*`, `@`, `/` and `**` save their *inputs*, and so do linear, "
+        "convolution and normalization layers (`x += self.pos_conv(x)`). Changing such a "
         "tensor in place (`x.mul_()`, `x += y`, `x[mask] = 0`, `nn.ReLU(inplace=True)`) before "
         "`backward()` makes autograd raise `RuntimeError: one of the variables needed for gradient "
         "computation has been modified by an inplace operation` - at backward time, far from the "
@@ -162,6 +163,10 @@ class GatedBlock(nn.Module):
                         msg = (f"in-place change of {_describe(mm, r)}, the output of {src}, which "
                                "autograd saved for backward; backward will raise a RuntimeError "
                                "(use an out-of-place op)")
+                elif "layer_saved" in f and f & {"graph", "grad_in", "param", "batch", "fresh"}:
+                    msg = (f"in-place change of {_describe(mm, r)} after a layer read it (a linear, "
+                           "convolution or normalization layer, whose backward needs its input); "
+                           "backward will raise a RuntimeError (use an out-of-place op)")
                 elif "saved" in f and f & {"graph", "grad_in", "param"}:
                     msg = (f"in-place change of {_describe(mm, r)} after it was used in a "
                            "multiplication/division whose backward needs its value; backward "

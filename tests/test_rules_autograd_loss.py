@@ -92,6 +92,40 @@ def test_residual_add_after_inplace_relu_fires_but_after_bn_is_quiet(lint):
     assert lint(block.format(late="\n            out = self.relu(out)")) == [("TL301", 18)]
 
 
+def test_inplace_change_of_a_layers_input_fires_unless_every_build_reads_nothing(lint):
+    # wav2vec's positional convolution: the conv (and a LayerNorm) read their input in backward
+    block = """
+    import torch.nn as nn
+
+    class Encoder(nn.Module):
+        def __init__(self, d, use_pos=True):
+            super().__init__()
+            {build}
+            self.norm = nn.LayerNorm(d)
+
+        def forward(self, x):
+            pos = self.pos(x.transpose(1, 2)).transpose(1, 2)
+            x += pos
+            return self.norm(x)
+    """
+    conv = "self.pos = nn.utils.weight_norm(nn.Conv1d(d, d, 3, padding=1), dim=2)"
+    assert lint(block.format(build=conv)) == [("TL301", 12)]
+    seq = "self.pos = nn.Sequential(nn.Conv1d(d, d, 3, padding=1), nn.GELU())"
+    assert lint(block.format(build=seq)) == [("TL301", 12)]
+    # a layer that may be an nn.Identity() (one branch of __init__) reads nothing in backward
+    branch = ("if use_pos:\n                self.pos = nn.Conv1d(d, d, 3, padding=1)\n"
+              "            else:\n                self.pos = nn.Identity()")
+    assert lint(block.format(build=branch)) == []
+    # the output of a layer is not what it saved
+    out = block.format(build=conv).replace("x += pos", "pos += x")
+    assert lint(out) == []
+    # under no_grad the layer saves nothing
+    nograd = block.format(build=conv).replace(
+        "            pos = self.pos(x.transpose(1, 2)).transpose(1, 2)",
+        "            with torch.no_grad():\n                pos = self.pos(x.transpose(1, 2)).transpose(1, 2)")
+    assert lint("import torch\n" + textwrap.dedent(nograd)) == []
+
+
 def test_inplace_dropout_on_attention_probabilities(lint):
     # timm's TNT attention: nn.Dropout(inplace=True) right after softmax
     src = """

@@ -14,7 +14,9 @@ Facts are small strings collected in frozensets:
 ``grad_in``   an input of an ``nn.Module`` method (may require grad, like ``graph``)
 ``saves_out`` the output of an op autograd saves for backward (sigmoid, tanh, exp, softmax,
               relu, ``nn.ReLU`` ...); views of it keep the fact
-``saved``     a name used as an operand of ``*``/``@``/``/``/``**`` with a grad-requiring partner
+``saved``     a name used as an operand of ``*``/``@``/``/``/``**`` with a grad-requiring partner,
+              or as the input of a layer whose backward reads it (``layer_saved`` too then:
+              ``nn.Linear``, convolutions, normalization layers; ``h = self.conv(x.transpose(1, 2))``)
 ``indices``   integer class indices (``randint``, ``argmax``, ``.long()``)
 ``host_data`` a tensor made from a variable's data on the CPU (``torch.from_numpy(x)``,
               ``torch.Tensor(seqs)``): full-batch data, moved only by ``.to``
@@ -113,7 +115,22 @@ _SAVING_FUNCS = {"torch.mul", "torch.matmul", "torch.mm", "torch.bmm", "torch.di
 _SAVING_METHODS = {"mul", "matmul", "mm", "bmm", "div", "pow", "multiply"}
 _GRAPHY = frozenset({"graph", "grad_in", "param"})
 # facts that describe one particular tensor object (views alias it; other ops make new ones)
-_ALIAS_FACTS = ("saves_out", "saved", "param")
+_ALIAS_FACTS = ("saves_out", "saved", "layer_saved", "param")
+# facts of a tensor autograd holds for a backward: an in-place change of it makes that backward fail
+_SAVED_FACTS = ("saves_out", "saved", "layer_saved")
+# layers whose backward reads their input: a weight's gradient needs it (linear, convolutions:
+# saved while the weight requires grad), and normalization layers save it whatever requires grad
+_SAVES_INPUT_MODULES = frozenset({
+    "torch.nn.Linear", "torch.nn.Bilinear", "torch.nn.LazyLinear",
+    "torch.nn.Conv1d", "torch.nn.Conv2d", "torch.nn.Conv3d", "torch.nn.ConvTranspose1d",
+    "torch.nn.ConvTranspose2d", "torch.nn.ConvTranspose3d", "torch.nn.LazyConv1d", "torch.nn.LazyConv2d",
+    "torch.nn.LazyConv3d", "torch.nn.LayerNorm", "torch.nn.GroupNorm", "torch.nn.RMSNorm",
+    "torch.nn.BatchNorm1d", "torch.nn.BatchNorm2d", "torch.nn.BatchNorm3d", "torch.nn.InstanceNorm1d",
+    "torch.nn.InstanceNorm2d", "torch.nn.InstanceNorm3d"})
+# wrappers that return the layer they are given (its forward reads the input as the layer's does)
+_LAYER_WRAPPERS = frozenset({"torch.nn.utils.weight_norm", "torch.nn.utils.spectral_norm",
+                             "torch.nn.utils.parametrizations.weight_norm",
+                             "torch.nn.utils.parametrizations.spectral_norm"})
 _SOFT_NAMES = ("one_hot", "onehot", "mixup", "cutmix", "mix", "smooth", "soft")
 
 
@@ -559,12 +576,12 @@ class Dataflow:
             self._call_inplace(op, env)
             env = self._mark_saved_call(op, env)
             if op.attr and op.attr.endswith("_") and op.recv and op.recv in env \
-                    and env[op.recv] & {"saves_out", "saved"}:
+                    and env[op.recv] & set(_SAVED_FACTS):
                 env = dict(env)
-                env[op.recv] = env[op.recv].difference(("saves_out", "saved"))
+                env[op.recv] = env[op.recv].difference(_SAVED_FACTS)
             if op.kind == BACKWARD:
                 # the graph is freed: what it saved may be modified again
-                env = {k: v.difference(("saves_out", "saved")) for k, v in env.items()}
+                env = {k: v.difference(_SAVED_FACTS) for k, v in env.items()}
                 holder = _loss_item_holder(op.recv_node)
                 if holder:
                     # ``out["loss"].backward()``: ``out`` (a step's output dict) holds a loss
@@ -599,7 +616,7 @@ class Dataflow:
                     env = dict(env)
                     # one report per saved tensor: after the first in-place change it is no
                     # longer what autograd saved
-                    env[d] = op.target_facts.difference(("saves_out", "saved")) | (vf & {"graph", "loss"})
+                    env[d] = op.target_facts.difference(_SAVED_FACTS) | (vf & {"graph", "loss"})
                 return env
             env = dict(env)
             for t in op.targets:
@@ -852,8 +869,8 @@ class Dataflow:
             if True:
                 if tp is cst.Attribute:
                     if e.attr.value in ("data",):
-                        return _strip(self.facts(e.value, env), "graph", "grad_in", "saves_out",
-                                      "saved") | {"data"}
+                        return _strip(self.facts(e.value, env), "graph", "grad_in",
+                                      *_SAVED_FACTS) | {"data"}
                     if e.attr.value == "grad":
                         return frozenset({"grad"})
                     if e.attr.value in _SHAPE_LIKE_ATTRS:
@@ -985,7 +1002,7 @@ class Dataflow:
                 out = out | {"float"}
         elif q in ("torch.log",) and e.args:
             a = self._arg0(e, env)
-            out = (a - {"probs", "saves_out", "saved", "param", "fresh"}) | ({"logprobs"} if "probs" in a else EMPTY)
+            out = (a - {"probs", "param", "fresh", *_SAVED_FACTS}) | ({"logprobs"} if "probs" in a else EMPTY)
         elif isinstance(func, cst.Attribute):
             m = func.attr.value
             base = self.facts(func.value, env)
@@ -1234,6 +1251,13 @@ class Dataflow:
             if op.recv_facts & _GRAPHY:
                 names.append((other, of))
         env = self._mark(names, env, node)
+        if op.grad != GRAD_OFF and op.args and op.args[0].keyword is None and not op.args[0].star \
+                and isinstance(op.node.func, (cst.Name, cst.Attribute)) \
+                and _forward_saves_input(self.mm, self.fn, dotted(op.node.func)):
+            # ``h = self.pos_conv(x.transpose(1, 2))``: the layer's backward reads ``x``
+            base = _view_base(op.args[0].value)
+            bf = self.facts(base, env)
+            env = self._mark([(base, bf)], env, node, extra="layer_saved")
         for a in op.args:
             env = self._mark_saved(a.value, env)
         return env
@@ -1257,9 +1281,10 @@ class Dataflow:
                     stack.append(child)
         return env
 
-    def _mark(self, names, env, saver) -> dict:
+    def _mark(self, names, env, saver, extra: Optional[str] = None) -> dict:
         """``names`` (operands of ``saver``, an op that saves its inputs) are now saved for
-        backward, unless no backward can reach ``saver``'s result (:meth:`_result_unreached`)."""
+        backward, unless no backward can reach ``saver``'s result (:meth:`_result_unreached`);
+        ``extra``: a fact saying which kind of op saved them."""
         out = env
         for node, f in names:
             d = dotted(node) if isinstance(node, (cst.Name, cst.Attribute)) else None
@@ -1269,7 +1294,7 @@ class Dataflow:
                 return env
             if out is env:
                 out = dict(env)
-            out[d] = out[d] | {"saved"}
+            out[d] = out[d] | ({"saved", extra} if extra else {"saved"})
         return out
 
     def _result_unreached(self, saver) -> bool:
@@ -2025,6 +2050,50 @@ def _forward_saves_output(mm, fn, op) -> bool:
         return True
     c = mm.find_class(dotted(last.func) or "")
     return c is not None and mm.class_is_module(c) and class_returns_saved_output(mm, c)
+
+
+def _view_base(e):
+    """``x.transpose(1, 2).contiguous()`` -> ``x``: the tensor a chain of view methods reads."""
+    while isinstance(e, cst.Call) and isinstance(e.func, cst.Attribute) and e.func.attr.value in _VIEW_METHODS \
+            and e.func.attr.value != "__getitem__":
+        e = e.func.value
+    return e
+
+
+def _forward_saves_input(mm, fn, path: Optional[str]) -> bool:
+    """The module at ``path`` (the object a call runs) reads its input again in backward: it was
+    built as a linear, convolution or normalization layer (perhaps under
+    ``weight_norm``/``spectral_norm``), or as an ``nn.Sequential`` whose first layer is one
+    (``nn.Sequential(weight_norm(conv), pad, gelu)``)."""
+    if not path:
+        return False
+    if path.startswith("self.") and path.count(".") == 1:
+        # every assignment of the attribute in its class builds such a layer (a branch that
+        # makes it an ``nn.Identity()`` or takes it from a parameter reads nothing)
+        cls, f = None, fn
+        while f is not None and cls is None:
+            cls, f = f.cls, f.parent
+        assigns = cls.attr_values.get(path, ()) if cls is not None else ()
+        if assigns:
+            return all(_layer_saves_input(mm, fn, a.value, 0) for a in assigns)
+    return _layer_saves_input(mm, fn, constructor_call(mm, fn, path), 0)
+
+
+def _layer_saves_input(mm, fn, call, depth: int) -> bool:
+    if not isinstance(call, cst.Call) or depth > 4:
+        return False
+    q = _ctor_qual(mm, call)
+    if q in _SAVES_INPUT_MODULES:
+        return True
+    if q in _LAYER_WRAPPERS or q in _SEQUENTIAL:
+        first = call.args[0] if call.args else None
+        if first is None or first.star or (first.keyword is not None and first.keyword.value != "module"):
+            return False
+        v = first.value
+        if isinstance(v, (cst.Name, cst.Attribute)):
+            v = constructor_call(mm, fn, dotted(v))
+        return _layer_saves_input(mm, fn, v, depth + 1)
+    return False
 
 
 def class_returns_saved_output(mm, cls) -> bool:
