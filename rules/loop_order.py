@@ -20,7 +20,8 @@ from torchlint.model.queries import (
     carried_clears, clears_on_some_paths, clears_together, implicit_loop, may_compute_gradients,
     one_step_function, timed_repetition_loop,
     scheduler_optimizer, scheduler_sets_epoch,
-    step_applies_no_gradients, stepped_on_every_path_before, unguarded_in, unit_body,
+    step_applies_no_gradients, stepped_earlier_in_iteration, stepped_on_every_path_before, unguarded_in,
+    unit_body,
 )
 from torchlint.rule import Report, Rule
 
@@ -706,7 +707,7 @@ for epoch in range(epochs):
                     # (`scheduler.step()  # skip the warm-up's lr=0`), not the step of each call
                     seq = [o for o in seq if getattr(o, "loop", None) is None]
                 i = seq.index(op)
-                if any(is_kind(mm, o, STEP) for o in seq[:i]):
+                if stepped_earlier_in_iteration(mm, fn, block, seq, op):
                     continue
                 if stepped_on_every_path_before(mm, fn, op, scheduler_optimizer(mm, fn, op.recv)
                                                 if op.kind == SCHED_STEP else None):

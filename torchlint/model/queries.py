@@ -736,6 +736,27 @@ def step_applies_no_gradients(mm, fn, step: CallOp) -> bool:
     return bool(got) and all(got)
 
 
+def stepped_earlier_in_iteration(mm, fn, block, seq, op) -> bool:
+    """An optimizer step (or a helper that steps) comes before ``op`` in one iteration of
+    ``block`` (``seq``: the iteration's ops in order) on some path through it.  A step in the
+    other arm of a branch around ``op`` does not (``if warm: train(model, warm_opt)`` /
+    ``else: sched.step(); train(model, opt)``: the scheduler's arm runs no step before it); a
+    step the iteration expands from a closure, not an op of ``block``, counts as before."""
+    from .paths import path_in_order
+
+    i = seq.index(op)
+    mine = None
+    for o in seq[:i]:
+        if not is_kind(mm, o, STEP):
+            continue
+        if mine is None:
+            mine = {id(x) for x in walk(block)}
+        if id(o) not in mine or id(op) not in mine \
+                or path_in_order(mm, fn, block, (lambda x, o=o: x is o, lambda x: x is op)):
+            return True
+    return False
+
+
 def stepped_on_every_path_before(mm, fn, op, optimizer: Optional[str] = None) -> bool:
     """An optimizer step (of ``optimizer``, when it is known) runs on every path from the
     start of ``fn`` to ``op``, in the first iteration of the loops around ``op`` too: a
