@@ -213,9 +213,22 @@ _SUMMARY_TYPES = {"name": str, "qualname": str, "path": str, "line": int, "param
                   "backward_inherits_grad": bool, "step": bool, "clear": bool, "sched_step": bool,
                   "returns": list, "returns_items": list, "forward": bool, "moves": bool, "trains_on": list, "evaluates_on": list, "reshuffles": list,
                   "grad": str, "eval_loop": bool, "called_without_grad": bool}
+# lists of lists of strings: a summary's facts per item of the tuple a function returns, a
+# class's per item of its forward's tuple
+_NESTED_LISTS = frozenset({"returns_items", "forward_items"})
+# plain JSON of their own shape: the condition a backward runs under (a parameter's name, the
+# value it needs, ...), the constructor arguments that make a class free of mode layers, the
+# loaders a function reshuffles and how
+_JSON_FIELDS = frozenset({"backward_if", "mode_free_if", "reshuffles"})
 _CLASS_TYPES = {"is_module": bool, "bases": list, "methods": list, "mode_sensitive": bool, "mode_layers": bool, "forward": list,
                 "iterable_dataset": bool, "plain": bool, "mode_free_if": dict, "shuffles": list,
                 "on_device": bool, "loss_input": str, "forward_items": list}
+
+
+def _is_notebook(path: str) -> bool:
+    """Whether a result's path (a path token, ``findings.path_token``: the absolute path
+    between two ``\\x1d`` marks) names a notebook."""
+    return path.strip("\x1d").endswith(".ipynb")
 
 
 def _nat(x) -> bool:
@@ -261,8 +274,14 @@ def _fields(d, types: dict) -> bool:
                 return False
         elif type(v) is not t:
             return False
+        elif k in _JSON_FIELDS:  # a condition's or a constructor's facts: plain JSON
+            if not json_value(v, 4):
+                return False
         elif t is list:
-            if not all(type(s) is str for s in v):
+            if k in _NESTED_LISTS:  # one list of facts per item of a returned tuple
+                if not all(type(i) is list and all(type(s) is str for s in i) for i in v):
+                    return False
+            elif not all(type(s) is str for s in v):
                 return False
         elif t is dict:  # exit_modes, return_modes: {key: [mode, function, path, line]} (where it is set)
             for m in v.values():
@@ -311,7 +330,7 @@ def finding(d, path: str) -> bool:
             return False
     if d["severity"] not in _SEVERITIES:
         return False
-    notebook = path.endswith(".ipynb")
+    notebook = _is_notebook(path)
     cell = d.get("cell")
     if notebook != (cell is not None) or (cell is not None and not (_nat(cell) and cell >= 1)):
         return False
@@ -372,7 +391,7 @@ def result(d, lite: bool = False) -> bool:
             return False
     if "queries" in d and not _strs(d["queries"]):
         return False
-    if not noqa(d.get("noqa"), path.endswith(".ipynb")):
+    if not noqa(d.get("noqa"), _is_notebook(path)):
         return False
     return lite or (exports(d) and "queries" in d)
 
