@@ -501,9 +501,14 @@ class ModuleModel:
         fnode = self._owner.get(id(node))
         if fnode is None:
             return self._top_level_position(node) if id(node) in self._owner else None
-        placed = self._local.get(id(fnode))
+        return self._placed(node, fnode, self._function_positions)
+
+    def _placed(self, node: cst.CSTNode, owner: cst.CSTNode, place):
+        """``node``'s range from the positions of ``owner`` alone (``place(owner)``: positions
+        and the lines to add, or ``None`` when they cannot be checked), computed once per owner."""
+        placed = self._local.get(id(owner))
         if placed is None:
-            placed = self._local[id(fnode)] = self._function_positions(fnode) or False
+            placed = self._local[id(owner)] = place(owner) or False
         if placed is False:
             return None
         positions, shift = placed
@@ -533,17 +538,7 @@ class ModuleModel:
         stmt = self._top.get(id(node))
         if stmt is None:
             return None
-        placed = self._local.get(id(stmt))
-        if placed is None:
-            placed = self._local[id(stmt)] = self._statement_positions(stmt) or False
-        if placed is False:
-            return None
-        positions, shift = placed
-        r = positions.get(node)
-        if r is None:
-            return None
-        return CodeRange(CodePosition(r.start.line + shift, r.start.column),
-                         CodePosition(r.end.line + shift, r.end.column))
+        return self._placed(node, stmt, self._statement_positions)
 
     def _statement_lines(self) -> dict:
         """{id(top-level statement): its first line (its first decorator's)}, from ``ast``;
